@@ -1,0 +1,1 @@
+"""conditioned-attention: does this attention variant train better than softmax attention?"""

@@ -1,0 +1,152 @@
+"""The variant registry and ``apply``: one function that conditions any supported model.
+
+A variant is a dataclass whose fields are its options (the knobs METHODS.md names) and
+whose ``modify`` method changes a model at the sites it finds. ``@register`` adds it to
+``VARIANTS`` under its ``name``; adding a variant touches its own module and the import
+list in ``src/attention/__init__.py``, nothing else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from typing import Any, ClassVar, Literal, get_args, get_origin
+
+from torch import nn
+
+from .sites import AttentionSite, TokenEntry
+from .timm_families import ADAPTERS, timm_token_entry
+
+VARIANTS: dict[str, type[Variant]] = {}
+
+
+class AttentionConfigError(ValueError):
+    """An attention variant, option or model that cannot be used, with what to do instead."""
+
+
+@dataclasses.dataclass
+class Variant:
+    """Base of the attention variants: fields are options, checked on construction."""
+
+    name: ClassVar[str] = ""
+
+    def __post_init__(self) -> None:
+        hints = typing.get_type_hints(type(self))
+        for f in dataclasses.fields(self):
+            setattr(self, f.name, _checked(self.name, f.name, getattr(self, f.name), hints[f.name]))
+
+    def modify(self, model: nn.Module, sites: list[AttentionSite]) -> None:
+        """Change ``model`` in place at ``sites``; every variant overrides this."""
+        raise NotImplementedError
+
+    def options(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def describe_options(cls) -> str:
+        """``mode: 'identity' | 'svd' = 'identity', lam: float = 10.0`` (for error messages)."""
+        hints = typing.get_type_hints(cls)
+        parts = [f"{f.name}: {_type_name(hints[f.name])} = {f.default!r}" for f in dataclasses.fields(cls)]
+        return ", ".join(parts) or "(none)"
+
+
+def register(cls: type[Variant]) -> type[Variant]:
+    """Class decorator: make ``cls`` available as ``apply(model, cls.name)``."""
+    if not cls.name or cls.name in VARIANTS:
+        raise ValueError(f"variant {cls.__name__} needs a unique `name`, got {cls.name!r}")
+    VARIANTS[cls.name] = cls
+    return cls
+
+
+def build(variant: str, **options: Any) -> Variant:
+    """The variant ``variant`` with ``options``; unknown names or options fail, listing the valid ones."""
+    if variant not in VARIANTS:
+        raise AttentionConfigError(
+            f"unknown attention variant {variant!r}; valid variants: {', '.join(VARIANTS)}"
+        )
+    cls = VARIANTS[variant]
+    valid = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(options) - set(valid))
+    if unknown:
+        raise AttentionConfigError(
+            f"unknown option(s) {', '.join(unknown)} for attention variant {variant!r}; "
+            f"valid options: {cls.describe_options()}"
+        )
+    return cls(**options)
+
+
+def apply(model: nn.Module, variant: str | Variant, **options: Any) -> nn.Module:
+    """Apply an attention variant to ``model`` in place and return it.
+
+    ``variant`` is a name from ``VARIANTS`` (with its options as keywords) or a built
+    :class:`Variant`. The applied variants are recorded in ``model.attention_variants``.
+    """
+    if isinstance(variant, Variant):
+        if options:
+            raise AttentionConfigError("pass options either to the Variant or to apply(), not both")
+        chosen = variant
+    else:
+        chosen = build(variant, **options)
+    applied = getattr(model, "attention_variants", ())
+    if any(v.name == chosen.name for v in applied):
+        raise AttentionConfigError(f"attention variant {chosen.name!r} is already applied to this model")
+    sites = find_sites(model)
+    if not sites:
+        raise AttentionConfigError(
+            f"no attention module found in {type(model).__name__}: supported are "
+            f"{', '.join(sorted(c.__qualname__ for c in ADAPTERS))}, and any module that defines "
+            "attention_site(name) -> AttentionSite"
+        )
+    chosen.modify(model, sites)
+    model.attention_variants = (*applied, chosen)
+    return model
+
+
+def find_sites(model: nn.Module) -> list[AttentionSite]:
+    """Every attention module of ``model``, in module order."""
+    sites = []
+    for name, module in model.named_modules():
+        if callable(getattr(module, "attention_site", None)):
+            sites.append(module.attention_site(name))
+        elif type(module) in ADAPTERS:
+            sites.append(ADAPTERS[type(module)](name, module))
+    return sites
+
+
+def find_token_entry(model: nn.Module) -> TokenEntry:
+    """Where the embedded tokens enter the first transformer layer of ``model``."""
+    if callable(getattr(model, "token_entry", None)):
+        return model.token_entry()
+    entry = timm_token_entry(model)
+    if entry is None:
+        raise AttentionConfigError(
+            f"cannot find where tokens enter the first layer of {type(model).__name__}: "
+            "supported are timm's VisionTransformer, SwinTransformer, Xcit and DaVit, and any "
+            "model that defines token_entry() -> TokenEntry"
+        )
+    return entry
+
+
+def _type_name(tp: Any) -> str:
+    if get_origin(tp) is Literal:
+        return " | ".join(repr(a) for a in get_args(tp))
+    return getattr(tp, "__name__", str(tp))
+
+
+def _checked(variant: str, option: str, value: Any, tp: Any) -> Any:
+    """``value`` if it fits the option's type (ints widen to floats), else a clear error."""
+    ok = True
+    if get_origin(tp) is Literal:
+        ok = value in get_args(tp)
+    elif tp is bool:
+        ok = isinstance(value, bool)
+    elif tp is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif tp is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        value = float(value) if ok else value
+    if not ok:
+        raise AttentionConfigError(
+            f"attention variant {variant!r}: option {option}={value!r} must be {_type_name(tp)}"
+        )
+    return value

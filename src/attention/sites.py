@@ -1,0 +1,167 @@
+"""Where an attention variant touches a model: attention sites and the token entry.
+
+A variant never looks at a model class. It acts on
+
+* :class:`AttentionSite` -- one multi-head attention module described in the terms of
+  ``METHODS.md``: the number of heads ``H`` and head size ``d``, where ``W_Q``, ``W_K``,
+  ``W_V`` and ``W_O`` live, which module receives the concatenated head output (the place
+  ``precond`` scales it), and which module sees the attention probabilities ``P`` when the
+  module runs its explicit (non-fused) path (the place the conditioning monitor reads them);
+* :class:`TokenEntry` -- the module whose first input is the embedded-token matrix that
+  enters the first transformer layer (the place ``cond_tokens`` corrects it).
+
+timm's families are described by the adapters in :mod:`src.attention.timm_families`. The
+suite's own models implement the interface directly, in two methods:
+
+* an attention module defines ``attention_site(self, name: str) -> AttentionSite``;
+* a model defines ``token_entry(self) -> TokenEntry``.
+
+Convention: ``nn.Linear`` stores ``weight`` as ``(out, in)``; METHODS.md writes ``x W`` with
+``W`` of shape ``(D, d)``. A projection's rows ``[start, start + H*d)`` are therefore
+``[W^(1) ... W^(H)]ᵀ``, head ``h`` owning rows ``start + h*d ... start + (h+1)*d - 1``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import Tensor, nn
+from torch.nn.utils import parametrize
+
+Layout = Literal["BND", "BHWC", "BCHW"]
+
+
+@dataclass(frozen=True)
+class Projection:
+    """Rows ``[start, start + width)`` of ``linear.weight``: one of W_Q, W_K, W_V, all heads."""
+
+    linear: nn.Linear
+    start: int
+    width: int
+
+    @property
+    def rows(self) -> slice:
+        return slice(self.start, self.start + self.width)
+
+    def weight(self) -> Tensor:
+        """The effective rows, corrections included (a parametrized weight is evaluated)."""
+        return self.linear.weight[self.rows]  # (H*d, D)
+
+    def raw(self) -> Tensor:
+        """The trainable rows: the parameter itself, under any parametrization."""
+        if parametrize.is_parametrized(self.linear, "weight"):
+            return self.linear.parametrizations.weight.original[self.rows]
+        return self.linear.weight[self.rows]
+
+    def heads(self, num_heads: int) -> Tensor:
+        """Effective per-head matrices in METHODS.md's convention, ``(H, D, d)``."""
+        w = self.weight()  # (H*d, D)
+        return w.unflatten(0, (num_heads, -1)).transpose(1, 2)
+
+
+@dataclass
+class AttentionSite:
+    """One multi-head attention module, as the variants and the diagnostics see it.
+
+    Attributes:
+        name: the module's path in the model (``blocks.3.attn``).
+        module: the attention module.
+        num_heads, head_dim: ``H`` and ``d``.
+        q, k, v: where ``W_Q``, ``W_K``, ``W_V`` live.
+        out: the output projection ``W_O`` (input ``H*d`` features, head-major).
+        head_output: the module whose first input is the concatenated head output
+            ``(..., H*d)``, head-major; ``precond`` scales that input.
+        probs: the module that sees ``P`` on the explicit path, or ``None`` where ``P`` is
+            never materialised; ``probs_at`` says whether ``P`` is its input or its output.
+        kind: ``"token"`` (``P`` is ``N×N``) or ``"channel"`` (cross-covariance attention
+            as in XCiT and DaViT's channel blocks: ``P`` is ``d×d``).
+    """
+
+    name: str
+    module: nn.Module
+    num_heads: int
+    head_dim: int
+    q: Projection
+    k: Projection
+    v: Projection
+    out: nn.Linear
+    head_output: nn.Module
+    probs: nn.Module | None = None
+    probs_at: Literal["input", "output"] = "input"
+    kind: Literal["token", "channel"] = "token"
+
+    @property
+    def dim(self) -> int:
+        """``D``, the width of the tokens entering the projections."""
+        return self.q.linear.in_features
+
+    def projections(self) -> dict[str, Projection]:
+        return {"W_Q": self.q, "W_K": self.k, "W_V": self.v}
+
+    def head_weights(self) -> dict[str, Tensor]:
+        """Effective ``W_Q``, ``W_K``, ``W_V`` per head, each ``(H, D, d)``."""
+        return {key: p.heads(self.num_heads) for key, p in self.projections().items()}
+
+    @contextlib.contextmanager
+    def explicit(self) -> Iterator[None]:
+        """Run the module's non-fused path, so that ``P`` passes through ``probs``."""
+        fused = getattr(self.module, "fused_attn", None)
+        if fused is not None:
+            self.module.fused_attn = False
+        try:
+            yield
+        finally:
+            if fused is not None:
+                self.module.fused_attn = fused
+
+
+@dataclass
+class TokenEntry:
+    """The module whose first input is the embedded tokens of the first transformer layer."""
+
+    module: nn.Module
+    layout: Layout = "BND"
+
+    def to_tokens(self, x: Tensor) -> Tensor:
+        """``x`` in the module's layout -> ``(B, N, D)``."""
+        if self.layout == "BND":
+            return x
+        if self.layout == "BHWC":
+            return x.flatten(1, 2)
+        return x.flatten(2).transpose(1, 2)  # BCHW
+
+    def from_tokens(self, tokens: Tensor, like: Tensor) -> Tensor:
+        """``(B, N, D)`` back to the layout (and shape) of ``like``."""
+        if self.layout == "BND":
+            return tokens
+        if self.layout == "BHWC":
+            return tokens.reshape(like.shape)
+        return tokens.transpose(1, 2).reshape(like.shape)  # BCHW
+
+    def register(self, transform: Callable[[Tensor], Tensor]) -> torch.utils.hooks.RemovableHandle:
+        """Replace the entry's first input ``x`` by ``transform`` applied to its tokens.
+
+        ``transform`` should be a module owned by the model (or a bound method of one), so
+        that a deep copy of the model (EMA, for instance) hooks its own copy.
+        """
+        return self.module.register_forward_pre_hook(_TokenHook(self, transform), with_kwargs=True)
+
+
+class _TokenHook:
+    """A forward pre-hook that rewrites the tokens argument (positional or ``x=``)."""
+
+    def __init__(self, entry: TokenEntry, transform: Callable[[Tensor], Tensor]) -> None:
+        self.entry, self.transform = entry, transform
+
+    def __call__(self, module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        if args:
+            x = args[0]
+            return (self._apply(x),) + tuple(args[1:]), kwargs
+        return args, {**kwargs, "x": self._apply(kwargs["x"])}
+
+    def _apply(self, x: Tensor) -> Tensor:
+        return self.entry.from_tokens(self.transform(self.entry.to_tokens(x)), like=x)

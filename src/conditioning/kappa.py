@@ -1,0 +1,35 @@
+"""Condition numbers: ``κ(M) = σ_max(M) / σ_min(M)``, batched, with the non-zero rule.
+
+[reading] A singular matrix (``Λ(P)``, whose rows sum to zero) has ``κ = ∞``; METHODS.md
+takes κ over the non-zero singular values instead, those above ``nonzero_rtol · σ_max``.
+Callers pass the threshold and report it (the monitor names it in its keys' docs).
+Singular values are computed in float64: the diagnostics are small and their smallest
+singular values are what matters.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+#: The relative threshold METHODS.md suggests for "non-zero" singular values.
+DEFAULT_NONZERO_RTOL = 1e-7
+
+
+def kappa_of_values(sv: Tensor, nonzero_rtol: float | None = None) -> Tensor:
+    """κ from singular values ``sv (…, k)`` (any order); ``nonzero_rtol`` drops the near-zero ones."""
+    top = sv.amax(-1)
+    if nonzero_rtol is None:
+        return top / sv.amin(-1)
+    kept = torch.where(sv > nonzero_rtol * top[..., None], sv, torch.full_like(sv, float("inf")))
+    return top / kept.amin(-1)
+
+
+def kappa(m: Tensor, nonzero_rtol: float | None = None) -> Tensor:
+    """``κ`` of each matrix of ``m (…, r, c)``, shape ``(…)``, over its ``min(r, c)`` singular values.
+
+    With ``nonzero_rtol``, ``σ_min`` is the smallest singular value above
+    ``nonzero_rtol · σ_max`` (the non-zero rule of METHODS.md); without it a singular matrix
+    gives ``inf``.
+    """
+    return kappa_of_values(torch.linalg.svdvals(m.detach().double()), nonzero_rtol)

@@ -1,0 +1,172 @@
+"""The conditioning monitor: every κ the papers talk about, as a flat dict of named scalars.
+
+A training loop calls it every ``k`` steps, with a batch of model inputs::
+
+    monitor = ConditioningMonitor(model)
+    logger.log(monitor(images), step=step)
+
+What it measures, for every attention site of the model (see :mod:`src.attention.sites`):
+
+* ``W_Q``, ``W_K``, ``W_V``: κ of each head's *effective* ``D×d`` weight, corrections
+  included (``spectral``'s ``W + C`` is what the parametrized weight returns);
+* ``X``: κ of the token matrix entering the attention module (after its pre-norm), per
+  sample; for windowed attention (Swin, DaViT), per window;
+* ``P``: κ of each head's attention probabilities, from the module's explicit path
+  (sites that never materialise ``P``, DaViT's channel attention, report none);
+* ``A``: κ of each head's output as it enters the output projection (after ``precond``'s
+  ``C`` when that variant is applied); single-row outputs (class attention) are skipped;
+* ``entropy/P``: each row's entropy of ``P`` over ``log n`` (1 uniform, 0 one-hot), to see
+  whether a variant saturates the softmax (``spectral`` with a large ``lam`` does);
+* ``tokens``: κ of each sample's embedded tokens entering the first layer (after
+  ``cond_tokens``' correction when applied), where the model's token entry is known;
+* ``bound`` (option): ``B(J)`` of each head on the first sample, token attention only,
+  with ``P`` recomputed from ``X`` and the weights (no position bias or mask).
+
+Keys: ``kappa/<q>/median`` and ``kappa/<q>/max`` over the whole model, and with
+``per_layer`` ``kappa/<q>/<site name>`` (the median over that module's heads and samples);
+``entropy/P/…`` and ``bound/…`` likewise. With ``nonzero_rtol`` every κ
+is taken over the singular values above ``nonzero_rtol · σ_max``; the bound always uses
+the non-zero rule for ``Λ(P)`` (METHODS.md's threshold, ``1e-7``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import defaultdict
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from src.attention import AttentionConfigError, AttentionSite, find_sites, find_token_entry
+
+from .jacobian import jacobian_bound
+from .kappa import kappa
+
+
+class ConditioningMonitor:
+    """Collects the κ diagnostics of ``model`` (see the module docstring for the keys)."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        samples: int = 2,
+        nonzero_rtol: float | None = None,
+        per_layer: bool = True,
+        bound: bool = False,
+    ) -> None:
+        self.model, self.samples, self.nonzero_rtol = model, samples, nonzero_rtol
+        self.per_layer, self.bound = per_layer, bound
+        self.sites = find_sites(model)
+        try:
+            self.entry = find_token_entry(model)
+        except AttentionConfigError:
+            self.entry = None
+
+    @torch.no_grad()
+    def weights(self) -> dict[str, float]:
+        """κ of the effective per-head ``W_Q``, ``W_K``, ``W_V`` (no forward pass needed)."""
+        values: dict[str, dict[str, Tensor]] = defaultdict(dict)
+        for site in self.sites:
+            for key, w in site.head_weights().items():  # (H, D, d)
+                values[f"kappa/{key}"][site.name] = kappa(w, self.nonzero_rtol)
+        return self._summarise(values)
+
+    @torch.no_grad()
+    def __call__(self, *args: Any, **kwargs: Any) -> dict[str, float]:
+        """Weights and activations: one forward, in eval mode, on the first ``samples`` inputs."""
+        captured = self._forward(*_first(args, self.samples), **_first(kwargs, self.samples))
+        values: dict[str, dict[str, Tensor]] = defaultdict(dict)
+        for site in self.sites:
+            seen = captured[site.name]
+            if "X" in seen:
+                values["kappa/X"][site.name] = kappa(seen["X"], self.nonzero_rtol)
+            if "P" in seen:
+                values["kappa/P"][site.name] = kappa(seen["P"], self.nonzero_rtol)
+                values["entropy/P"][site.name] = normalized_entropy(seen["P"])
+            if "A" in seen:
+                heads = seen["A"].unflatten(-1, (site.num_heads, -1)).transpose(-2, -3)  # (…, H, N, d)
+                if heads.shape[-2] > 1:
+                    values["kappa/A"][site.name] = kappa(heads, self.nonzero_rtol)
+            if self.bound and site.kind == "token" and "X" in seen:
+                values["bound"][site.name] = self._bound(site, seen["X"][0])
+        if "tokens" in captured:
+            values["kappa/tokens"]["entry"] = kappa(captured["tokens"]["tokens"], self.nonzero_rtol)
+        return {**self.weights(), **self._summarise(values)}
+
+    def _forward(self, *args: Any, **kwargs: Any) -> dict[str, dict[str, Tensor]]:
+        """Run the model once with capture hooks; ``{site name: {"X"|"P"|"A": tensor}}``."""
+        captured: dict[str, dict[str, Tensor]] = defaultdict(dict)
+
+        def keep(name: str, key: str, t: Tensor) -> None:
+            captured[name].setdefault(key, t.detach())
+
+        handles = []
+        for site in self.sites:
+            handles.append(
+                site.module.register_forward_pre_hook(lambda m, a, n=site.name: keep(n, "X", a[0]))
+            )
+            handles.append(
+                site.head_output.register_forward_pre_hook(lambda m, a, n=site.name: keep(n, "A", a[0]))
+            )
+            if site.probs is not None and site.probs_at == "input":
+                handles.append(
+                    site.probs.register_forward_pre_hook(lambda m, a, n=site.name: keep(n, "P", a[0]))
+                )
+            elif site.probs is not None:
+                handles.append(site.probs.register_forward_hook(lambda m, a, o, n=site.name: keep(n, "P", o)))
+        if self.entry is not None:
+            entry = self.entry
+            handles.append(
+                entry.module.register_forward_pre_hook(
+                    lambda m, a, kw: keep("tokens", "tokens", entry.to_tokens(a[0] if a else kw["x"])),
+                    with_kwargs=True,
+                )
+            )
+        was_training = self.model.training
+        try:
+            self.model.eval()
+            with contextlib.ExitStack() as stack:
+                for site in self.sites:
+                    stack.enter_context(site.explicit())
+                self.model(*args, **kwargs)
+        finally:
+            self.model.train(was_training)
+            for h in handles:
+                h.remove()
+        return captured
+
+    def _bound(self, site: AttentionSite, x: Tensor) -> Tensor:
+        """``B(J)`` of each head of ``site`` on one token matrix ``x (N, D)``; ``(H,)``."""
+        w = site.head_weights()  # each (H, D, d)
+        scale = getattr(site.module, "scale", site.head_dim**-0.5)
+        return jacobian_bound(x.double(), *(w[k].double() for k in ("W_Q", "W_K", "W_V")), scale=scale)
+
+    def _summarise(self, values: dict[str, dict[str, Tensor]]) -> dict[str, float]:
+        """``{prefix: {site: values}}`` -> ``prefix/median``, ``prefix/max``, ``prefix/<site>``."""
+        out: dict[str, float] = {}
+        for prefix, per_site in values.items():
+            flat = torch.cat([v.reshape(-1) for v in per_site.values()])
+            out[f"{prefix}/median"] = flat.median().item()
+            out[f"{prefix}/max"] = flat.max().item()
+            if self.per_layer:
+                for name, v in per_site.items():
+                    out[f"{prefix}/{name}"] = v.reshape(-1).median().item()
+        return out
+
+
+def normalized_entropy(p: Tensor) -> Tensor:
+    """Entropy of each row of ``p (…, n, n)`` divided by ``log n``; shape ``(…, n)``."""
+    p = p.double()
+    return -(p * p.clamp_min(1e-300).log()).sum(-1) / torch.log(torch.tensor(float(p.shape[-1])))
+
+
+def _first(obj: Any, n: int) -> Any:
+    """The first ``n`` rows of every tensor in ``obj`` (tuples, lists and dicts are walked)."""
+    if isinstance(obj, Tensor):
+        return obj[:n] if obj.dim() > 0 else obj
+    if isinstance(obj, dict):
+        return {k: _first(v, n) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_first(v, n) for v in obj)
+    return obj

@@ -1,0 +1,130 @@
+"""The registry and apply(): names, options, and the errors a user meets."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import tiny_model
+from torch import nn
+
+from src import attention
+from src.attention import AttentionConfigError
+
+
+def test_variants_lists_the_six_names_baseline_first():
+    assert list(attention.VARIANTS) == [
+        "standard",
+        "precond",
+        "spectral",
+        "cond_init",
+        "cond_tokens",
+        "mimetic",
+    ]
+
+
+def test_unknown_variant_names_the_valid_ones():
+    with pytest.raises(AttentionConfigError) as err:
+        attention.apply(tiny_model("vit"), "softmax")
+    for name in attention.VARIANTS:
+        assert name in str(err.value)
+
+
+def test_unknown_option_names_the_valid_ones():
+    with pytest.raises(AttentionConfigError) as err:
+        attention.apply(tiny_model("vit"), "spectral", lamda=3)
+    message = str(err.value)
+    assert "lamda" in message and "mode: 'identity' | 'svd'" in message and "lam: float" in message
+
+
+@pytest.mark.parametrize(
+    "variant, options",
+    [
+        ("spectral", {"mode": "exact"}),
+        ("spectral", {"lam": "ten"}),
+        ("precond", {"detach": 1}),
+        ("cond_tokens", {"steps": 2.5}),
+        ("cond_init", {"value": "shared"}),
+    ],
+)
+def test_option_of_the_wrong_type_or_value_fails(variant, options):
+    with pytest.raises(AttentionConfigError, match=next(iter(options))):
+        attention.build(variant, **options)
+
+
+def test_integer_options_widen_to_float():
+    assert attention.build("spectral", lam=2).lam == 2.0 and isinstance(
+        attention.build("spectral", lam=2).lam, float
+    )
+
+
+def test_apply_accepts_a_built_variant_and_records_it():
+    model = attention.apply(tiny_model("vit"), attention.build("precond", eps=1e-3))
+    assert [(v.name, v.options()) for v in model.attention_variants] == [
+        ("precond", {"eps": 1e-3, "detach": True, "gain": False})
+    ]
+
+
+def test_the_same_variant_twice_is_refused():
+    model = attention.apply(tiny_model("vit"), "precond")
+    with pytest.raises(AttentionConfigError, match="already applied"):
+        attention.apply(model, "precond")
+
+
+def test_a_model_without_attention_is_refused():
+    with pytest.raises(AttentionConfigError, match="attention_site"):
+        attention.apply(nn.Sequential(nn.Linear(4, 4)), "standard")
+
+
+def test_cond_tokens_needs_a_token_entry():
+    class Bare(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attn = tiny_model("vit").blocks[0].attn
+
+        def forward(self, x):
+            return self.attn(x)
+
+    with pytest.raises(AttentionConfigError, match="token_entry"):
+        attention.apply(Bare(), "cond_tokens")
+
+
+class OwnAttention(nn.Module):
+    """The suite's interface: a module that describes itself (here, separate q/k/v Linears)."""
+
+    def __init__(self, dim: int = 12, heads: int = 3):
+        super().__init__()
+        self.heads = heads
+        self.q, self.k, self.v, self.proj = (nn.Linear(dim, dim) for _ in range(4))
+
+    def attention_site(self, name):
+        from src.attention.timm_families import separate_qkv_site
+
+        return separate_qkv_site(name, self, self.heads)
+
+    def forward(self, x):  # (B, N, D)
+        q, k, v = (lin(x).unflatten(-1, (self.heads, -1)).transpose(1, 2) for lin in (self.q, self.k, self.v))
+        out = nn.functional.scaled_dot_product_attention(q, k, v)  # (B, H, N, d)
+        return self.proj(out.transpose(1, 2).flatten(2))
+
+
+class OwnModel(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed, self.attn = nn.Linear(5, 12), OwnAttention()
+
+    def token_entry(self):
+        return attention.TokenEntry(self.attn, "BND")
+
+    def forward(self, x):
+        return self.attn(self.embed(x))
+
+
+@pytest.mark.parametrize("variant", attention.VARIANTS)
+def test_a_model_of_the_suite_takes_every_variant_through_the_interface(variant):
+    torch.manual_seed(0)
+    model, x = OwnModel(), torch.randn(2, 7, 5)
+    before = model(x)
+    attention.apply(model, variant)
+    after = model(x)
+    after.sum().backward()
+    assert (variant == "standard") == torch.allclose(before, after)

@@ -1,0 +1,99 @@
+"""spectral: κ(W + C) ≤ 2 for the exact correction; W + λI as a fixed buffer for the cheap one."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import tiny_model
+from torch.nn.utils import parametrize
+
+from src import attention
+from src.attention.spectral import AddFixedCorrection, spectral_shift
+from src.conditioning import ConditioningMonitor, kappa
+
+
+def random_weights(seed: int) -> torch.Tensor:
+    torch.manual_seed(seed)
+    return torch.randn(16, 64, 192) * 0.02  # 16 heads' W_hᵀ, (d, D)
+
+
+def trained_looking_weights(seed: int) -> torch.Tensor:
+    """Low rank plus noise: a few strong directions, as trained projections have."""
+    torch.manual_seed(seed)
+    low = torch.randn(16, 64, 4) @ torch.randn(16, 4, 192)
+    return low + 1e-3 * torch.randn(16, 64, 192)
+
+
+@pytest.mark.parametrize("weights", [random_weights, trained_looking_weights])
+def test_exact_correction_bounds_kappa_by_two(weights):
+    w = weights(0)
+    assert kappa(w).min() > 2.5  # the correction has work to do
+    assert kappa(w + spectral_shift(w)).max() <= 2 + 1e-6
+
+
+@pytest.mark.parametrize("family", ["vit", "swin", "xcit", "davit"])
+def test_svd_mode_bounds_every_effective_head_weight(family):
+    monitor = ConditioningMonitor(attention.apply(tiny_model(family), "spectral", mode="svd"))
+    weights = monitor.weights()
+    assert all(weights[f"kappa/{w}/max"] <= 2 + 1e-5 for w in ("W_Q", "W_K", "W_V"))
+    assert ConditioningMonitor(tiny_model(family)).weights()["kappa/W_Q/max"] > 2
+
+
+def test_identity_mode_adds_lam_identity_to_each_block_with_no_new_parameter():
+    original = tiny_model("vit")
+    raw = original.blocks[0].attn.qkv.weight.detach().clone()  # (3D, D)
+    n_params = sum(p.numel() for p in original.parameters())
+    model = attention.apply(original, "spectral", lam=10)
+    qkv = model.blocks[0].attn.qkv
+    dim = qkv.in_features
+    torch.testing.assert_close(qkv.weight, raw + 10 * torch.eye(dim).repeat(3, 1))
+    assert sum(p.numel() for p in model.parameters()) == n_params
+    buffer = qkv.parametrizations.weight[0].correction
+    assert not buffer.requires_grad and all(buffer is not p for p in model.parameters())
+    assert not any(k.endswith("correction") for k in model.state_dict())  # rebuilt from lam, not saved
+
+
+def test_the_buffer_is_not_trained(images):
+    model = attention.apply(tiny_model("vit"), "spectral", lam=10)
+    qkv = model.blocks[0].attn.qkv
+    buffer_before = qkv.parametrizations.weight[0].correction.clone()
+    weight_before = qkv.parametrizations.weight.original.detach().clone()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model(images).square().mean().backward()
+    optimizer.step()
+    torch.testing.assert_close(qkv.parametrizations.weight[0].correction, buffer_before, rtol=0, atol=0)
+    assert not torch.equal(qkv.parametrizations.weight.original, weight_before)
+
+
+def test_identity_mode_on_separate_projections_uses_a_rectangular_identity():
+    model = attention.apply(tiny_model("xcit"), "spectral", lam=3)  # its class attention has q, k, v Linears
+    site = [s for s in attention.find_sites(model) if s.name.startswith("cls_attn")][0]
+    for proj in site.projections().values():
+        correction = proj.linear.parametrizations.weight[0].correction
+        torch.testing.assert_close(correction, 3 * torch.eye(*correction.shape))
+
+
+@pytest.mark.parametrize("detach", [True, False])
+def test_detached_svd_correction_has_the_gradient_of_a_constant_one(images, detach):
+    model = attention.apply(tiny_model("vit"), "spectral", mode="svd", detach=detach)
+    constant = tiny_model("vit")  # the same weights, with each correction frozen as a buffer
+    for site, twin in zip(attention.find_sites(model), attention.find_sites(constant), strict=True):
+        frozen = (site.q.linear.weight - site.q.linear.parametrizations.weight.original).detach()
+        parametrize.register_parametrization(twin.q.linear, "weight", AddFixedCorrection(frozen))
+    torch.testing.assert_close(model(images), constant(images))
+
+    originals = lambda m: [s.q.linear.parametrizations.weight.original for s in attention.find_sites(m)]  # noqa: E731
+    grads = torch.autograd.grad(model(images).square().sum(), originals(model))
+    grads_constant = torch.autograd.grad(constant(images).square().sum(), originals(constant))
+    same = all(torch.allclose(g, h, atol=1e-6, rtol=1e-4) for g, h in zip(grads, grads_constant, strict=True))
+    assert same == detach
+
+
+def test_large_lam_saturates_the_softmax(images):
+    """METHODS.md's warning, measured: lam = 10 on Q and K collapses attention entropy."""
+    entropy = {}
+    for lam in (0.5, 10.0):
+        monitor = ConditioningMonitor(attention.apply(tiny_model("vit"), "spectral", lam=lam))
+        entropy[lam] = monitor(images)["entropy/P/median"]
+    baseline = ConditioningMonitor(tiny_model("vit"))(images)["entropy/P/median"]
+    assert baseline > 0.9 and entropy[10.0] < 0.2 < entropy[0.5]

@@ -1,0 +1,32 @@
+"""κ: the ratio of extreme singular values, batched, with the non-zero rule."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from src.conditioning import kappa
+
+
+def test_kappa_of_a_diagonal_is_the_ratio_of_its_extremes():
+    torch.manual_seed(0)
+    values = torch.rand(5, 4) + 0.1
+    q1 = torch.linalg.qr(torch.randn(5, 6, 4))[0]
+    q2 = torch.linalg.qr(torch.randn(5, 4, 4))[0]
+    m = q1 @ torch.diag_embed(values) @ q2.mT  # (5, 6, 4) with known singular values
+    torch.testing.assert_close(kappa(m), (values.amax(-1) / values.amin(-1)).double(), rtol=1e-5, atol=0)
+
+
+def test_kappa_is_scale_invariant_and_one_for_orthogonal_matrices():
+    torch.manual_seed(0)
+    m = torch.randn(3, 7, 7)
+    torch.testing.assert_close(kappa(10 * m), kappa(m), rtol=1e-5, atol=0)
+    torch.testing.assert_close(kappa(torch.linalg.qr(m.double())[0]), torch.ones(3, dtype=torch.float64))
+
+
+def test_nonzero_rule_ignores_the_null_space():
+    m = torch.diag(torch.tensor([4.0, 2.0, 0.0]))
+    assert math.isinf(kappa(m).item()) or kappa(m).item() > 1e15
+    assert kappa(m, nonzero_rtol=1e-7).item() == 2.0
+    assert kappa(torch.diag(torch.tensor([4.0, 2.0, 1e-9])), nonzero_rtol=1e-7).item() == 2.0

@@ -1,0 +1,85 @@
+"""The conditioning monitor: what it reads, and that it leaves the model as it found it."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from conftest import TINY_FAMILIES, tiny_model
+
+from src import attention
+from src.conditioning import ConditioningMonitor, kappa
+from src.conditioning.monitor import normalized_entropy
+
+
+@pytest.mark.parametrize("family", TINY_FAMILIES)
+def test_every_site_reports_every_quantity_it_can_see(family, images):
+    model = tiny_model(family)
+    out = ConditioningMonitor(model)(images)
+    sites = attention.find_sites(model)
+    for site in sites:
+        for q in ("W_Q", "W_K", "W_V", "X"):
+            assert out[f"kappa/{q}/{site.name}"] >= 1
+        assert (f"kappa/P/{site.name}" in out) == (site.probs is not None)
+    assert out["kappa/tokens/median"] >= 1
+    assert all(isinstance(v, float) and not math.isnan(v) for v in out.values())
+
+
+def test_values_equal_a_direct_computation(images):
+    model = tiny_model("vit")
+    out = ConditioningMonitor(model, samples=1)(images)
+    site = attention.find_sites(model)[0]
+    w_q = (
+        site.module.qkv.weight[: site.q.width].T.unflatten(1, (site.num_heads, -1)).transpose(0, 1)
+    )  # (H, D, d)
+    assert out[f"kappa/W_Q/{site.name}"] == pytest.approx(kappa(w_q).median().item())
+    with torch.no_grad():  # X entering block 0's attention, for the first image
+        x = model._pos_embed(model.patch_embed(images[:1]))
+        x = model.blocks[0].norm1(x)
+        q, k, v = site.module.qkv(x).reshape(1, -1, 3, site.num_heads, site.head_dim).permute(2, 0, 3, 1, 4)
+        p = torch.softmax(q @ k.mT * site.module.scale, dim=-1)  # (1, H, N, N)
+        a = p @ v  # (1, H, N, d)
+    assert out[f"kappa/X/{site.name}"] == pytest.approx(kappa(x).item(), rel=1e-4)
+    assert out[f"kappa/P/{site.name}"] == pytest.approx(kappa(p).median().item(), rel=1e-3)
+    assert out[f"kappa/A/{site.name}"] == pytest.approx(kappa(a).median().item(), rel=1e-3)
+    assert out[f"entropy/P/{site.name}"] == pytest.approx(normalized_entropy(p).median().item(), rel=1e-4)
+
+
+def test_the_model_is_left_as_it_was(images):
+    model = attention.apply(tiny_model("vit"), "precond").train()
+    hooks = lambda m: sum(len(x._forward_pre_hooks) + len(x._forward_hooks) for x in m.modules())  # noqa: E731
+    before, fused = hooks(model), [s.module.fused_attn for s in attention.find_sites(model)]
+    torch.manual_seed(0)
+    expected = model(images)
+    ConditioningMonitor(model)(images)
+    assert model.training and hooks(model) == before
+    assert [s.module.fused_attn for s in attention.find_sites(model)] == fused
+    torch.manual_seed(0)
+    torch.testing.assert_close(model(images), expected)
+
+
+def test_corrections_show_in_the_effective_weights():
+    spectral = ConditioningMonitor(attention.apply(tiny_model("vit"), "spectral", mode="svd")).weights()
+    cond_init = ConditioningMonitor(attention.apply(tiny_model("vit"), "cond_init")).weights()
+    assert all(spectral[f"kappa/{w}/max"] <= 2 + 1e-5 for w in ("W_Q", "W_K", "W_V"))
+    assert all(cond_init[f"kappa/{w}/max"] == pytest.approx(1, abs=1e-4) for w in ("W_Q", "W_K", "W_V"))
+
+
+def test_precond_shows_in_the_head_output(images):
+    """precond leaves P alone and rescales the rows of A."""
+    plain = ConditioningMonitor(tiny_model("vit"))(images)
+    conditioned = ConditioningMonitor(attention.apply(tiny_model("vit"), "precond"))(images)
+    assert conditioned["kappa/A/median"] != pytest.approx(plain["kappa/A/median"], rel=1e-3)
+    first = attention.find_sites(tiny_model("vit"))[0].name  # later blocks see precond's earlier outputs
+    assert conditioned[f"kappa/P/{first}"] == pytest.approx(plain[f"kappa/P/{first}"], rel=1e-6)
+
+
+def test_bound_is_reported_per_token_attention_site(images):
+    model = tiny_model("xcit")
+    out = ConditioningMonitor(model, bound=True)(images)
+    token_sites = [s.name for s in attention.find_sites(model) if s.kind == "token"]
+    assert sorted(k for k in out if k.startswith("bound/") and not k.endswith(("median", "max"))) == [
+        f"bound/{n}" for n in sorted(token_sites)
+    ]
+    assert out["bound/median"] >= 1

@@ -1,0 +1,71 @@
+"""Shared fixtures: tiny configurations of every timm family the attention variants support."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+from timm.models import davit, deit, swin_transformer, vision_transformer, xcit
+from torch import nn
+
+IMAGE = (3, 32, 32)
+
+TINY_FAMILIES: dict[str, Callable[[], nn.Module]] = {
+    "vit": lambda: vision_transformer.VisionTransformer(
+        img_size=32, patch_size=8, embed_dim=48, depth=2, num_heads=3, num_classes=5
+    ),
+    "deit": lambda: deit.VisionTransformerDistilled(
+        img_size=32, patch_size=8, embed_dim=48, depth=2, num_heads=3, num_classes=5
+    ),
+    "swin": lambda: swin_transformer.SwinTransformer(
+        img_size=32, patch_size=4, window_size=4, embed_dim=24, depths=(2, 2), num_heads=(2, 4), num_classes=5
+    ),
+    "xcit": lambda: xcit.Xcit(
+        img_size=32, patch_size=8, embed_dim=48, depth=2, num_heads=4, cls_attn_layers=1, num_classes=5
+    ),
+    "davit": lambda: davit.DaVit(
+        depths=(1, 1), embed_dims=(16, 32), num_heads=(2, 4), window_size=2, num_classes=5
+    ),
+}
+
+
+def tiny_model(family: str, seed: int = 0) -> nn.Module:
+    """A tiny timm model of ``family`` with weights fixed by ``seed``."""
+    torch.manual_seed(seed)
+    return TINY_FAMILIES[family]()
+
+
+def logits(output: torch.Tensor | tuple) -> torch.Tensor:
+    """DeiT's distilled model returns (class, distillation) logits in training mode."""
+    return sum(output) if isinstance(output, tuple) else output
+
+
+@pytest.fixture
+def images() -> torch.Tensor:
+    torch.manual_seed(1)
+    return torch.randn(2, *IMAGE)
+
+
+def pink_noise_images(batch: int, size: int = 224, seed: int = 0) -> torch.Tensor:
+    """Images with a natural-image-like 1/f amplitude spectrum, standardised per channel."""
+    g = torch.Generator().manual_seed(seed)
+    f = torch.fft.fftfreq(size)
+    radius = (f[:, None] ** 2 + f[None, :] ** 2).sqrt().clamp_min(1 / size)
+    spectrum = torch.randn(batch, 3, size, size, dtype=torch.complex64, generator=g) / radius
+    img = torch.fft.ifft2(spectrum).real
+    return (img - img.mean((2, 3), keepdim=True)) / img.std((2, 3), keepdim=True)
+
+
+def real_looking_tokens(batch: int = 8, seed: int = 0) -> torch.Tensor:
+    """Embedded tokens as a ViT-Ti/16 builds them from natural-looking images, ``(B, 197, 192)``.
+
+    Patch embedding of 1/f-noise images plus position embedding and class token: their κ is
+    about 10³, the figure P3 reports for embedded tokens.
+    """
+    import timm
+
+    torch.manual_seed(seed)
+    vit = timm.create_model("vit_tiny_patch16_224")
+    with torch.no_grad():
+        return vit._pos_embed(vit.patch_embed(pink_noise_images(batch, seed=seed)))
