@@ -14,13 +14,15 @@ from typing import Any, ClassVar, Literal, get_args, get_origin
 
 from torch import nn
 
+from src.errors import SuiteError
+
 from .sites import AttentionSite, TokenEntry
 from .timm_families import ADAPTERS, timm_token_entry
 
 VARIANTS: dict[str, type[Variant]] = {}
 
 
-class AttentionConfigError(ValueError):
+class AttentionConfigError(SuiteError, ValueError):
     """An attention variant, option or model that cannot be used, with what to do instead."""
 
 

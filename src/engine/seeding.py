@@ -1,0 +1,13 @@
+"""Seeding: one ``seed=`` fixes Python's, NumPy's and torch's generators (CPU and CUDA)."""
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import torch
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)  # seeds every CUDA device too

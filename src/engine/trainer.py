@@ -1,0 +1,269 @@
+"""The shared training loop: steps, accumulation, AMP, clipping, validation, monitoring,
+checkpoints and resume. Classification, LRA, LM and the sandbox all train here.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from omegaconf import DictConfig
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from src.conditioning import ConditioningMonitor
+from src.errors import SuiteError
+
+from . import checkpoint
+from .data import BatchStream, Position, eval_loader
+from .distributed import Dist
+from .progress import make_progress
+from .record import RunRecord, WandbLogger
+from .task import Task, to_device
+
+
+class NonFiniteLoss(SuiteError):
+    """The loss became NaN or Inf; the message names the step and what was kept."""
+
+
+@dataclass
+class LoopState:
+    """Everything of the loop itself that a checkpoint must carry."""
+
+    step: int = 0
+    position: Position = field(default_factory=Position)
+    best: dict[str, float] = field(default_factory=dict)
+    window_loss: float = 0.0
+    window_steps: int = 0
+    last_finite_loss: float | None = None
+    skipped: int = 0
+    wall_s: float = 0.0
+    last_val: dict[str, float] = field(default_factory=dict)
+
+
+class Trainer:
+    """Trains ``model`` on ``task`` for ``total_steps`` optimizer steps; see :meth:`fit`."""
+
+    def __init__(
+        self,
+        cfg: DictConfig,
+        task: Task,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        scheduler,
+        datasets: tuple,
+        record: RunRecord,
+        dist: Dist,
+        seed: int,
+        total_steps: int,
+        wandb: WandbLogger | None = None,
+        ema: nn.Module | None = None,
+    ) -> None:
+        self.cfg, self.task, self.raw_model = cfg, task, model
+        self.optimizer, self.scheduler, self.record, self.dist = optimizer, scheduler, record, dist
+        self.train_set, self.val_set = datasets
+        self.seed, self.total_steps, self.wandb, self.ema = seed, total_steps, wandb, ema
+        self.model = model
+        if dist.world > 1:
+            self.model = DistributedDataParallel(model, device_ids=[dist.device.index] if dist.device.type == "cuda" else None)
+        if cfg.compile:
+            self.model = torch.compile(self.model)
+        self.monitor = ConditioningMonitor(model) if cfg.monitor_every and dist.main else None
+        self.autocast = torch.autocast(dist.device.type, dtype=torch.bfloat16, enabled=cfg.precision == "bf16")
+        self.state = LoopState()
+
+    # -- the loop ------------------------------------------------------------------------
+
+    def fit(self) -> LoopState:
+        """Train to ``total_steps``, resuming from ``last.pt`` when the run folder has one."""
+        self._resume()
+        cfg, state = self.cfg, self.state
+        self.stream = self._stream()
+        batches = iter(self.stream)
+        progress = make_progress(cfg.progress, self.total_steps, state.step, self.task.name, enabled=self.dist.main)
+        started, window_start, window_samples = time.monotonic(), time.monotonic(), 0
+        try:
+            self.model.train()
+            while state.step < self.total_steps:
+                loss = self._optimizer_step(batches)
+                window_samples += self.task.batch_size * cfg.accumulate * self.dist.world
+                state.step += 1
+                if loss is not None:
+                    state.window_loss, state.window_steps = state.window_loss + loss, state.window_steps + 1
+                if state.step % cfg.log_every == 0 or state.step == self.total_steps:
+                    elapsed = time.monotonic() - window_start
+                    stats = self._log_train(window_samples / max(elapsed, 1e-9))
+                    progress.update(state.step, **stats)
+                    window_start, window_samples = time.monotonic(), 0
+                if cfg.monitor_every and state.step % cfg.monitor_every == 0 and self.monitor is not None:
+                    self._log("monitor", self._monitor())
+                if (cfg.val_every and state.step % cfg.val_every == 0) or state.step == self.total_steps:
+                    self._validate()
+                if state.step % cfg.checkpoint_every == 0 or state.step == self.total_steps:
+                    state.wall_s += time.monotonic() - started
+                    started = time.monotonic()
+                    self._save()
+        finally:
+            progress.close()
+        return state
+
+    def _stream(self) -> BatchStream:
+        return BatchStream(
+            self.train_set,
+            self.task.batch_size,
+            self.seed,
+            rank=self.dist.rank,
+            world=self.dist.world,
+            num_workers=self.cfg.num_workers,
+            collate_fn=getattr(self.task, "collate_fn", None),
+            position=self.state.position,
+        )
+
+    def _optimizer_step(self, batches) -> float | None:
+        """One optimizer update over ``accumulate`` micro-batches; the mean loss, or None if skipped."""
+        cfg, total = self.cfg, torch.zeros((), device=self.dist.device)
+        for micro in range(cfg.accumulate):
+            batch = to_device(next(batches), self.dist.device)
+            last = micro == cfg.accumulate - 1
+            sync = contextlib.nullcontext() if last or self.dist.world == 1 else self.model.no_sync()
+            with sync, self.autocast:
+                loss = self.task.train_loss(self.model, batch) / cfg.accumulate
+            loss.backward()
+            total += loss.detach()
+        self.state.position = self.stream.position
+        mean = (self.dist.all_sum(total) / self.dist.world).item()
+        if not math.isfinite(mean):
+            return self._non_finite(mean)
+        if cfg.clip_grad:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip_grad)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step_update(self.state.step + 1)
+        if self.ema is not None:
+            self.ema.update(self.raw_model, step=self.state.step + 1)
+        self.state.last_finite_loss = mean
+        return mean
+
+    def _non_finite(self, value: float) -> None:
+        step = self.state.step + 1
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.cfg.nonfinite == "skip":
+            self.state.skipped += 1
+            self._log("train", {"train/skipped_batch": 1.0, "train/loss_nonfinite": value})
+            return None
+        kept = f"{self.record.checkpoint} (step {self._checkpoint_step()})" if self.record.checkpoint.exists() else "none"
+        raise NonFiniteLoss(
+            f"loss is {value} at step {step}; last finite loss {self.state.last_finite_loss} "
+            f"at step {step - 1}; checkpoint kept: {kept}. Lower optim.lr, set trainer.clip_grad, "
+            "or set trainer.nonfinite=skip to skip such batches"
+        )
+
+    # -- evaluation, monitoring, logging -------------------------------------------------
+
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module, prefix: str = "val") -> dict[str, float]:
+        """The task's metrics over the validation set (or ``eval_batches`` of it), all processes."""
+        loader = eval_loader(
+            self.val_set, self.task.eval_batch_size, self.dist.rank, self.dist.world,
+            collate_fn=getattr(self.task, "collate_fn", None),
+        )
+        was_training, sums = model.training, {}
+        model.eval()
+        try:
+            for i, batch in enumerate(loader):
+                if self.cfg.eval_batches and i >= self.cfg.eval_batches:
+                    break
+                with self.autocast:
+                    for key, (total, count) in self.task.eval_sums(model, to_device(batch, self.dist.device)).items():
+                        pair = torch.stack([total.double(), torch.as_tensor(count, dtype=torch.float64, device=total.device)])
+                        sums[key] = sums.get(key, 0) + pair
+        finally:
+            model.train(was_training)
+        keys = sorted(sums)
+        reduced = self.dist.all_sum(torch.stack([sums[k] for k in keys])) if keys else []
+        return {key.replace("val/", f"{prefix}/", 1): (t / c).item() for key, (t, c) in zip(keys, reduced, strict=True)}
+
+    def _validate(self) -> None:
+        metrics = self.evaluate(self.model)
+        if self.ema is not None:
+            metrics.update(self.evaluate(self.ema.module, prefix="val_ema"))
+        better = max if self.task.metric_mode == "max" else min
+        best = self.state.best
+        if not best or better(metrics[self.task.metric], best[self.task.metric]) != best[self.task.metric]:
+            self.state.best = {**metrics, "step": self.state.step}
+        self.state.last_val = metrics
+        self._log("val", metrics)
+
+    def _monitor(self) -> dict[str, float]:
+        if not hasattr(self, "_monitor_batch"):
+            loader = eval_loader(self.val_set, self.task.eval_batch_size, 0, 1, collate_fn=getattr(self.task, "collate_fn", None))
+            self._monitor_batch = to_device(next(iter(loader)), self.dist.device)
+        with self.autocast:
+            return self.monitor(*self.task.model_inputs(self._monitor_batch))
+
+    def _log_train(self, throughput: float) -> dict[str, float]:
+        state = self.state
+        stats = {"lr": self.optimizer.param_groups[0]["lr"], "throughput": throughput}
+        if state.window_steps:
+            stats = {"train/loss": state.window_loss / state.window_steps, **stats}
+        state.window_loss, state.window_steps = 0.0, 0
+        self._log("train", stats)
+        return {"loss": stats.get("train/loss", math.nan), "samples/s": throughput}
+
+    def _log(self, split: str, metrics: dict[str, float]) -> None:
+        if self.dist.main:
+            self.record.log(self.state.step, split, metrics)
+            if self.wandb is not None:
+                self.wandb.log(metrics, step=self.state.step)
+
+    # -- checkpoints ---------------------------------------------------------------------
+
+    def _save(self) -> None:
+        if not self.dist.main:
+            self.dist.barrier()
+            return
+        state = self.state
+        checkpoint.save(
+            {
+                "model": self.raw_model.state_dict(),
+                "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(),
+                "ema": self.ema.state_dict() if self.ema is not None else None,
+                "loop": {
+                    "step": state.step, "epoch": state.position.epoch, "batch": state.position.batch,
+                    "best": state.best, "window_loss": state.window_loss, "window_steps": state.window_steps,
+                    "last_finite_loss": state.last_finite_loss, "skipped": state.skipped, "wall_s": state.wall_s,
+                    "last_val": state.last_val,
+                },
+                "rng": checkpoint.rng_state(),
+            },
+            self.record.checkpoint,
+        )
+        self.dist.barrier()
+
+    def _checkpoint_step(self) -> int:
+        return int(checkpoint.load(self.record.checkpoint)["loop"]["step"])
+
+    def _resume(self) -> None:
+        path = self.record.checkpoint
+        if not path.exists():
+            return
+        saved = checkpoint.load(path, self.dist.device)
+        self.raw_model.load_state_dict(saved["model"])
+        self.optimizer.load_state_dict(saved["optimizer"])
+        self.scheduler.load_state_dict(saved["scheduler"])
+        if self.ema is not None and saved["ema"] is not None:
+            self.ema.load_state_dict(saved["ema"])
+        loop = saved["loop"]
+        self.state = LoopState(
+            step=loop["step"], position=Position(loop["epoch"], loop["batch"]), best=dict(loop["best"]),
+            window_loss=loop["window_loss"], window_steps=loop["window_steps"],
+            last_finite_loss=loop["last_finite_loss"], skipped=loop["skipped"], wall_s=loop["wall_s"],
+            last_val=dict(loop["last_val"]),
+        )
+        checkpoint.set_rng_state(saved["rng"])
+        if self.dist.main:
+            self.record.truncate_after(self.state.step)

@@ -1,0 +1,1 @@
+"""Tasks: one module per family, each building its data, model and metric from its config."""
