@@ -5,7 +5,7 @@ WHEELS ?= ../shared/wheels
 FIND_LINKS := $(if $(wildcard $(WHEELS)),--find-links $(WHEELS),)
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-full lint clean
+.PHONY: help install run test test-slow test-full lint clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  %-10s %s\n", $$1, $$2}'
@@ -15,11 +15,18 @@ install: ## create .venv and install the suite with its test tools
 	$(PYTHON) -m pip install --upgrade pip
 	$(PYTHON) -m pip install $(FIND_LINKS) -e '.[dev]'
 
-test: ## run the tests (the slow ones excluded)
+run: ## train the embedded default (digits, attn=precond); ARGS="attn=spectral …" adds overrides
+	$(PYTHON) -m src.run $(ARGS)
+
+test: ## run the tests (the slow ones excluded; a few minutes)
 	$(PYTHON) -m pytest -m "not slow"
 
-test-full: ## run every test, the slow ones included (what CI runs)
-	$(PYTHON) -m pytest
+test-slow: ## run only the slow tests (long end-to-end runs, full-size backbones)
+	$(PYTHON) -m pytest -m slow
+
+test-full: ## run every test: `make test` then `make test-slow` (what CI runs)
+	$(MAKE) test
+	$(MAKE) test-slow
 
 lint: ## ruff
 	$(PYTHON) -m ruff check src tests

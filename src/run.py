@@ -4,9 +4,9 @@ Hydra composes the config from ``conf/`` (see ``conf/config.yaml``); the run fol
 by the overrides, so rerunning a command resumes its run. Bad input ends with one message
 and exit status 2, before any work is lost.
 """
+
 from __future__ import annotations
 
-import logging
 import sys
 
 import hydra
@@ -16,19 +16,26 @@ from omegaconf import DictConfig
 from src.engine import train
 from src.errors import SuiteError
 
-log = logging.getLogger("src.run")
-
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> float | None:
     """Train one run; returns its main metric (for Hydra's sweepers)."""
     try:
         summary = train(cfg, HydraConfig.get().runtime.output_dir)
-    except SuiteError as e:
-        log.error("%s", e)
-        print(f"error: {e}", file=sys.stderr)
+    except Exception as e:
+        cause = user_error(e)
+        if cause is None:
+            raise
+        print(f"error: {cause}", file=sys.stderr)
         sys.exit(2)
     return summary["final"].get(summary["metric"])
+
+
+def user_error(error: BaseException | None) -> SuiteError | None:
+    """The :class:`SuiteError` behind ``error`` (Hydra's instantiate wraps what targets raise)."""
+    while error is not None and not isinstance(error, SuiteError):
+        error = error.__cause__
+    return error
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 Both train a timm backbone (``backbone.model``) with cross-entropy and report top-1
 accuracy as ``val/acc`` (the main metric) and the loss as ``val/loss``.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -40,10 +41,15 @@ class ImageClassification:
     ) -> None:
         self.name, self.input, self.img_size, self.in_chans = name, input, img_size, in_chans
         self.num_classes, self.batch_size, self.eval_batch_size, self.metric = (
-            num_classes, batch_size, eval_batch_size, metric,
+            num_classes,
+            batch_size,
+            eval_batch_size,
+            metric,
         )
         mixup = OmegaConf.to_container(mixup) if isinstance(mixup, DictConfig) else mixup
-        self.mixup = Mixup(**mixup, label_smoothing=label_smoothing, num_classes=num_classes) if mixup else None
+        self.mixup = (
+            Mixup(**mixup, label_smoothing=label_smoothing, num_classes=num_classes) if mixup else None
+        )
         if self.mixup is not None:
             self.criterion: nn.Module = SoftTargetCrossEntropy()
         elif label_smoothing:
@@ -55,7 +61,7 @@ class ImageClassification:
         raise NotImplementedError
 
     def build_model(self, backbone: DictConfig) -> nn.Module:
-        return instantiate(backbone.model)
+        return instantiate(backbone.model, _convert_="all")
 
     def train_loss(self, model: nn.Module, batch: tuple[Tensor, Tensor]) -> Tensor:
         images, labels = batch
@@ -104,7 +110,9 @@ class Digits(ImageClassification):
         )
         mean, std = images[train_idx].mean(), images[train_idx].std()
         images = (images - mean) / std
-        return TensorDataset(images[train_idx], labels[train_idx]), TensorDataset(images[val_idx], labels[val_idx])
+        return TensorDataset(images[train_idx], labels[train_idx]), TensorDataset(
+            images[val_idx], labels[val_idx]
+        )
 
 
 IMAGE_SUFFIXES = {".jpeg", ".jpg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp"}
@@ -115,38 +123,60 @@ class ImageNet(ImageClassification):
     with timm's transforms: the DeiT recipe's RandAugment, random erasing and bicubic
     resizing in training (``augment``), a centre crop in evaluation."""
 
-    def __init__(self, folder: str = "imagenet", augment: dict[str, Any] | DictConfig | None = None,
-                 crop_pct: float = 0.875, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        folder: str = "imagenet",
+        augment: dict[str, Any] | DictConfig | None = None,
+        crop_pct: float = 0.875,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.folder, self.crop_pct = folder, crop_pct
-        self.augment = OmegaConf.to_container(augment) if isinstance(augment, DictConfig) else dict(augment or {})
+        self.augment = (
+            OmegaConf.to_container(augment) if isinstance(augment, DictConfig) else dict(augment or {})
+        )
 
     def datasets(self, data_dir: Path) -> tuple[Dataset, Dataset]:
         from torchvision.datasets import ImageFolder
 
         root = Path(data_dir) / self.folder
         check_image_folder(root)
-        common = {"input_size": (self.in_chans, self.img_size, self.img_size),
-                  "mean": IMAGENET_DEFAULT_MEAN, "std": IMAGENET_DEFAULT_STD}
-        train = ImageFolder(str(root / "train"), transform=create_transform(is_training=True, **common, **self.augment))
+        common = {
+            "input_size": (self.in_chans, self.img_size, self.img_size),
+            "mean": IMAGENET_DEFAULT_MEAN,
+            "std": IMAGENET_DEFAULT_STD,
+        }
+        train = ImageFolder(
+            str(root / "train"), transform=create_transform(is_training=True, **common, **self.augment)
+        )
         val = ImageFolder(
             str(root / "val"),
-            transform=create_transform(is_training=False, crop_pct=self.crop_pct,
-                                       interpolation=self.augment.get("interpolation", "bilinear"), **common),
+            transform=create_transform(
+                is_training=False,
+                crop_pct=self.crop_pct,
+                interpolation=self.augment.get("interpolation", "bilinear"),
+                **common,
+            ),
         )
         if train.classes != val.classes:
-            raise DataError(f"{root}: train/ and val/ have different class folders "
-                            f"({len(train.classes)} and {len(val.classes)}); both need the same <class> names")
+            raise DataError(
+                f"{root}: train/ and val/ have different class folders "
+                f"({len(train.classes)} and {len(val.classes)}); both need the same <class> names"
+            )
         if len(train.classes) > self.num_classes:
-            raise DataError(f"{root}: {len(train.classes)} class folders but task.num_classes={self.num_classes}")
+            raise DataError(
+                f"{root}: {len(train.classes)} class folders but task.num_classes={self.num_classes}"
+            )
         return train, val
 
 
 def check_image_folder(root: Path) -> None:
     """Fail with one message naming the folder and the layout expected."""
-    layout = (f"expected {root}/train/<class>/<image> and {root}/val/<class>/<image> "
-              "(the ImageFolder layout; for ImageNet-1k, val/ sorted into its 1,000 class folders). "
-              "Set paths.data_dir (or DATA_DIR) to the folder that holds it")
+    layout = (
+        f"expected {root}/train/<class>/<image> and {root}/val/<class>/<image> "
+        "(the ImageFolder layout; for ImageNet-1k, val/ sorted into its 1,000 class folders). "
+        "Set paths.data_dir (or DATA_DIR) to the folder that holds it"
+    )
     for split in ("train", "val"):
         folder = root / split
         if not folder.is_dir():

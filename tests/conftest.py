@@ -69,3 +69,59 @@ def real_looking_tokens(batch: int = 8, seed: int = 0) -> torch.Tensor:
     vit = timm.create_model("vit_tiny_patch16_224")
     with torch.no_grad():
         return vit._pos_embed(vit.patch_embed(pink_noise_images(batch, seed=seed)))
+
+
+# -- composing the real config and running the real entry point -------------------------
+
+import os  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+CONF = ROOT / "conf"
+QUIET = ["trainer.progress=none"]
+
+
+def compose(overrides: list[str], output_dir: Path):
+    """The config ``python -m src.run <overrides>`` would run, with outputs under ``output_dir``."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return hydra_compose("config", overrides=[*overrides, f"paths.output_dir={output_dir}", *QUIET])
+
+
+def run_cli(
+    args: list[str], cwd: Path, env: dict | None = None, timeout: int = 600
+) -> subprocess.CompletedProcess:
+    """``python -m src.run <args>`` in a fresh process, from ``cwd``."""
+    full_env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled", **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "src.run", *args, *QUIET],
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def make_image_folder(root: Path, classes: int = 3, per_class: int = 4, size: int = 40) -> Path:
+    """A small ImageFolder in ImageNet's layout: ``root/imagenet/{train,val}/<class>/*.JPEG``."""
+    from PIL import Image
+
+    g = torch.Generator().manual_seed(0)
+    for split in ("train", "val"):
+        for c in range(classes):
+            folder = root / "imagenet" / split / f"n0000{c}"
+            folder.mkdir(parents=True, exist_ok=True)
+            for i in range(per_class):
+                pixels = (torch.rand(size, size, 3, generator=g) * 255).to(torch.uint8).numpy()
+                Image.fromarray(pixels).save(folder / f"{split}_{c}_{i}.JPEG", quality=90)
+    return root
+
+
+@pytest.fixture(scope="session")
+def image_folder(tmp_path_factory) -> Path:
+    return make_image_folder(tmp_path_factory.mktemp("data"))

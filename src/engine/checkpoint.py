@@ -5,6 +5,7 @@ stream's position, every RNG state and the loop's running state. It is written t
 temporary file and renamed, so a kill never leaves half a checkpoint; it loads with
 ``weights_only=True`` (RNG states are stored as tensors and plain Python values).
 """
+
 from __future__ import annotations
 
 import os
@@ -21,7 +22,12 @@ def rng_state() -> dict[str, Any]:
     kind, keys, pos, has_gauss, gauss = np.random.get_state()
     state = {
         "python": random.getstate(),
-        "numpy": {"keys": torch.from_numpy(keys.astype(np.int64)), "pos": pos, "has_gauss": has_gauss, "gauss": gauss},
+        "numpy": {
+            "keys": torch.from_numpy(keys.astype(np.int64)),
+            "pos": pos,
+            "has_gauss": has_gauss,
+            "gauss": gauss,
+        },
         "torch": torch.get_rng_state(),
     }
     if torch.cuda.is_available():
@@ -33,7 +39,9 @@ def set_rng_state(state: dict[str, Any]) -> None:
     version, internal, gauss_next = state["python"]
     random.setstate((version, tuple(internal), gauss_next))
     n = state["numpy"]
-    np.random.set_state(("MT19937", n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["gauss"]))
+    np.random.set_state(
+        ("MT19937", n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["gauss"])
+    )
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])

@@ -6,6 +6,7 @@ process with batch ``W·B`` sees, step for step, the union of what ``W`` process
 ``B`` see. Random augmentation is seeded per sample from ``(seed, e, index)``, so it does
 not depend on which worker loads a sample or on where a resumed run starts.
 """
+
 from __future__ import annotations
 
 import random
@@ -15,6 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, get_worker_info
+
+from src.errors import ConfigError
 
 
 @dataclass
@@ -84,8 +87,9 @@ class BatchStream:
         self.num_workers, self.collate_fn = num_workers, collate_fn
         self.position = position or Position()
         if self.batches_per_epoch < 1:
-            raise ValueError(
-                f"{len(self.samples)} training samples make no batch of {batch_size} on each of {world} processes"
+            raise ConfigError(
+                f"{len(self.samples)} training samples make no batch of task.batch_size={batch_size} "
+                f"on each of {world} processes: lower task.batch_size"
             )
 
     @property
@@ -96,7 +100,10 @@ class BatchStream:
         while True:
             epoch, start = self.position.epoch, self.position.batch
             mine = epoch_order(len(self.samples), self.seed, epoch)[self.rank :: self.world]
-            keys = [(epoch, int(i)) for i in mine[start * self.batch_size : self.batches_per_epoch * self.batch_size]]
+            keys = [
+                (epoch, int(i))
+                for i in mine[start * self.batch_size : self.batches_per_epoch * self.batch_size]
+            ]
             loader = DataLoader(
                 self.samples,
                 batch_size=self.batch_size,
@@ -111,7 +118,11 @@ class BatchStream:
             self.position = Position(epoch + 1, 0)
 
 
-def eval_loader(dataset: Dataset, batch_size: int, rank: int, world: int, num_workers: int = 0, collate_fn=None):
+def eval_loader(
+    dataset: Dataset, batch_size: int, rank: int, world: int, num_workers: int = 0, collate_fn=None
+):
     """This process's share of an evaluation set, in order (rank ``r`` takes ``r, r+W, …``)."""
     indices = list(range(rank, len(dataset), world))  # type: ignore[arg-type]
-    return DataLoader(dataset, batch_size=batch_size, sampler=indices, num_workers=num_workers, collate_fn=collate_fn)
+    return DataLoader(
+        dataset, batch_size=batch_size, sampler=indices, num_workers=num_workers, collate_fn=collate_fn
+    )

@@ -1,4 +1,5 @@
 """Process layout: one process, or DDP under ``torchrun`` (``gloo`` on CPU, ``nccl`` on GPU)."""
+
 from __future__ import annotations
 
 import os

@@ -1,6 +1,7 @@
 """One run from a composed config: check it, build task, model, variant, optimizer, schedule
 and loop from their groups, train, and write the record.
 """
+
 from __future__ import annotations
 
 import time
@@ -46,8 +47,18 @@ def train(cfg: DictConfig, run_dir: Path | str) -> dict[str, Any]:
         if cfg.logger.name == "wandb" and dist.main:
             wandb = WandbLogger(cfg.logger, record.dir, OmegaConf.to_container(cfg, resolve=True))
         trainer = Trainer(
-            cfg.trainer, task, model, optimizer, scheduler, datasets, record, dist,
-            seed=cfg.seed, total_steps=total_steps, wandb=wandb, ema=ema,
+            cfg.trainer,
+            task,
+            model,
+            optimizer,
+            scheduler,
+            datasets,
+            record,
+            dist,
+            seed=cfg.seed,
+            total_steps=total_steps,
+            wandb=wandb,
+            ema=ema,
         )
         started = time.monotonic()
         state = trainer.fit()
@@ -56,7 +67,9 @@ def train(cfg: DictConfig, run_dir: Path | str) -> dict[str, Any]:
             "task": task.name,
             "backbone": cfg.backbone.name,
             "attn": cfg.attn.variant,
-            "attn_options": {k: v for k, v in OmegaConf.to_container(cfg.attn).items() if not k.startswith("_")},
+            "attn_options": {
+                k: v for k, v in OmegaConf.to_container(cfg.attn).items() if not k.startswith("_")
+            },
             "seed": cfg.seed,
             "steps": state.step,
             "metric": task.metric,
@@ -89,7 +102,9 @@ def check_compatible(cfg: DictConfig) -> None:
     if backbone.kind != task.input:
         reason = f"it takes {backbone.kind} inputs and the task gives {task.input} inputs"
     elif task.input == "image" and task.img_size < backbone.min_img_size:
-        reason = f"it needs images of at least {backbone.min_img_size} px and the task's are {task.img_size} px"
+        reason = (
+            f"it needs images of at least {backbone.min_img_size} px and the task's are {task.img_size} px"
+        )
     if reason:
         raise ConfigError(
             f"task={task.name} and backbone={backbone.name} are incompatible: {reason}. "

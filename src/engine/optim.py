@@ -1,4 +1,5 @@
 """Optimizer and learning-rate schedule, from timm, built from the ``optim`` and ``sched`` groups."""
+
 from __future__ import annotations
 
 from hydra.utils import instantiate
@@ -23,5 +24,10 @@ def build_scheduler(cfg: DictConfig, optimizer, total_steps: int, steps_per_epoc
     options = OmegaConf.to_container(cfg, resolve=True)
     warmup_steps, warmup_epochs = options.pop("warmup_steps", None), options.pop("warmup_epochs", None)
     warmup = warmup_steps if warmup_steps is not None else round((warmup_epochs or 0) * steps_per_epoch)
-    return instantiate(options, optimizer=optimizer, t_initial=total_steps, warmup_t=min(warmup, total_steps),
-                       t_in_epochs=False)
+    return instantiate(
+        options,
+        optimizer=optimizer,
+        t_initial=total_steps,
+        warmup_t=min(warmup, total_steps),
+        t_in_epochs=False,
+    )

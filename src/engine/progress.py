@@ -1,4 +1,5 @@
 """Progress display: tqdm, rich, or nothing; rank 0 only."""
+
 from __future__ import annotations
 
 from typing import Protocol
@@ -37,7 +38,10 @@ class RichProgress:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
         self.progress = Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeRemainingColumn(),
             TextColumn("{task.fields[stats]}"),
         )
         self.task = self.progress.add_task(description, total=total, completed=start, stats="")

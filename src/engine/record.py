@@ -5,6 +5,7 @@
 are the record of truth; W&B, when on, receives the same numbers, and its failures are
 reported once and never stop training.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -65,8 +66,12 @@ def git_revision() -> str | None:
     """The suite's git commit (with ``-dirty`` for uncommitted changes), if known."""
     root = Path(__file__).resolve().parents[2]
     try:
-        rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5)
-        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True, timeout=5)
+        rev = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True, timeout=5
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     if rev.returncode != 0:
@@ -95,8 +100,14 @@ class WandbLogger:
         try:
             import wandb
 
-            mode = cfg.get("mode") or os.environ.get("WANDB_MODE") or ("online" if _has_wandb_key() else "offline")
-            run_id = hashlib.sha1(str(Path(run_dir).resolve()).encode()).hexdigest()[:16]  # resumes with the run
+            mode = (
+                cfg.get("mode")
+                or os.environ.get("WANDB_MODE")
+                or ("online" if _has_wandb_key() else "offline")
+            )
+            run_id = hashlib.sha1(str(Path(run_dir).resolve()).encode()).hexdigest()[
+                :16
+            ]  # resumes with the run
             self.run = wandb.init(
                 project=cfg.project,
                 entity=cfg.get("entity"),
@@ -124,14 +135,19 @@ class WandbLogger:
         if self.run is not None:
             try:
                 if summary:
-                    self.run.summary.update({k: v for k, v in summary.items() if isinstance(v, (int, float, str))})
+                    self.run.summary.update(
+                        {k: v for k, v in summary.items() if isinstance(v, (int, float, str))}
+                    )
                 self.run.finish()
             except Exception as e:  # noqa: BLE001
                 self._fail("finish", e)
 
     def _fail(self, what: str, error: Exception) -> None:
-        warnings.warn(f"W&B {what} failed ({type(error).__name__}: {error}); training goes on, "
-                      "the run folder keeps the record", stacklevel=3)
+        warnings.warn(
+            f"W&B {what} failed ({type(error).__name__}: {error}); training goes on, "
+            "the run folder keeps the record",
+            stacklevel=3,
+        )
         self.run = None
 
 

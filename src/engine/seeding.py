@@ -1,4 +1,5 @@
 """Seeding: one ``seed=`` fixes Python's, NumPy's and torch's generators (CPU and CUDA)."""
+
 from __future__ import annotations
 
 import random

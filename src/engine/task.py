@@ -3,6 +3,7 @@
 A task owns its data and its metric, not the loop. It is built from the ``task`` config
 group (``_target_``) and never sees the trainer; the loop calls these methods only.
 """
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,13 +1,13 @@
 """The shared training loop: steps, accumulation, AMP, clipping, validation, monitoring,
 checkpoints and resume. Classification, LRA, LM and the sandbox all train here.
 """
+
 from __future__ import annotations
 
 import contextlib
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 from omegaconf import DictConfig
@@ -68,11 +68,15 @@ class Trainer:
         self.seed, self.total_steps, self.wandb, self.ema = seed, total_steps, wandb, ema
         self.model = model
         if dist.world > 1:
-            self.model = DistributedDataParallel(model, device_ids=[dist.device.index] if dist.device.type == "cuda" else None)
+            self.model = DistributedDataParallel(
+                model, device_ids=[dist.device.index] if dist.device.type == "cuda" else None
+            )
         if cfg.compile:
             self.model = torch.compile(self.model)
         self.monitor = ConditioningMonitor(model) if cfg.monitor_every and dist.main else None
-        self.autocast = torch.autocast(dist.device.type, dtype=torch.bfloat16, enabled=cfg.precision == "bf16")
+        self.autocast = torch.autocast(
+            dist.device.type, dtype=torch.bfloat16, enabled=cfg.precision == "bf16"
+        )
         self.state = LoopState()
 
     # -- the loop ------------------------------------------------------------------------
@@ -83,7 +87,9 @@ class Trainer:
         cfg, state = self.cfg, self.state
         self.stream = self._stream()
         batches = iter(self.stream)
-        progress = make_progress(cfg.progress, self.total_steps, state.step, self.task.name, enabled=self.dist.main)
+        progress = make_progress(
+            cfg.progress, self.total_steps, state.step, self.task.name, enabled=self.dist.main
+        )
         started, window_start, window_samples = time.monotonic(), time.monotonic(), 0
         try:
             self.model.train()
@@ -154,7 +160,11 @@ class Trainer:
             self.state.skipped += 1
             self._log("train", {"train/skipped_batch": 1.0, "train/loss_nonfinite": value})
             return None
-        kept = f"{self.record.checkpoint} (step {self._checkpoint_step()})" if self.record.checkpoint.exists() else "none"
+        kept = (
+            f"{self.record.checkpoint} (step {self._checkpoint_step()})"
+            if self.record.checkpoint.exists()
+            else "none"
+        )
         raise NonFiniteLoss(
             f"loss is {value} at step {step}; last finite loss {self.state.last_finite_loss} "
             f"at step {step - 1}; checkpoint kept: {kept}. Lower optim.lr, set trainer.clip_grad, "
@@ -167,7 +177,10 @@ class Trainer:
     def evaluate(self, model: nn.Module, prefix: str = "val") -> dict[str, float]:
         """The task's metrics over the validation set (or ``eval_batches`` of it), all processes."""
         loader = eval_loader(
-            self.val_set, self.task.eval_batch_size, self.dist.rank, self.dist.world,
+            self.val_set,
+            self.task.eval_batch_size,
+            self.dist.rank,
+            self.dist.world,
             collate_fn=getattr(self.task, "collate_fn", None),
         )
         was_training, sums = model.training, {}
@@ -177,14 +190,21 @@ class Trainer:
                 if self.cfg.eval_batches and i >= self.cfg.eval_batches:
                     break
                 with self.autocast:
-                    for key, (total, count) in self.task.eval_sums(model, to_device(batch, self.dist.device)).items():
-                        pair = torch.stack([total.double(), torch.as_tensor(count, dtype=torch.float64, device=total.device)])
+                    for key, (total, count) in self.task.eval_sums(
+                        model, to_device(batch, self.dist.device)
+                    ).items():
+                        pair = torch.stack(
+                            [total.double(), torch.as_tensor(count, dtype=torch.float64, device=total.device)]
+                        )
                         sums[key] = sums.get(key, 0) + pair
         finally:
             model.train(was_training)
         keys = sorted(sums)
         reduced = self.dist.all_sum(torch.stack([sums[k] for k in keys])) if keys else []
-        return {key.replace("val/", f"{prefix}/", 1): (t / c).item() for key, (t, c) in zip(keys, reduced, strict=True)}
+        return {
+            key.replace("val/", f"{prefix}/", 1): (t / c).item()
+            for key, (t, c) in zip(keys, reduced, strict=True)
+        }
 
     def _validate(self) -> None:
         metrics = self.evaluate(self.model)
@@ -199,7 +219,13 @@ class Trainer:
 
     def _monitor(self) -> dict[str, float]:
         if not hasattr(self, "_monitor_batch"):
-            loader = eval_loader(self.val_set, self.task.eval_batch_size, 0, 1, collate_fn=getattr(self.task, "collate_fn", None))
+            loader = eval_loader(
+                self.val_set,
+                self.task.eval_batch_size,
+                0,
+                1,
+                collate_fn=getattr(self.task, "collate_fn", None),
+            )
             self._monitor_batch = to_device(next(iter(loader)), self.dist.device)
         with self.autocast:
             return self.monitor(*self.task.model_inputs(self._monitor_batch))
@@ -233,9 +259,15 @@ class Trainer:
                 "scheduler": self.scheduler.state_dict(),
                 "ema": self.ema.state_dict() if self.ema is not None else None,
                 "loop": {
-                    "step": state.step, "epoch": state.position.epoch, "batch": state.position.batch,
-                    "best": state.best, "window_loss": state.window_loss, "window_steps": state.window_steps,
-                    "last_finite_loss": state.last_finite_loss, "skipped": state.skipped, "wall_s": state.wall_s,
+                    "step": state.step,
+                    "epoch": state.position.epoch,
+                    "batch": state.position.batch,
+                    "best": state.best,
+                    "window_loss": state.window_loss,
+                    "window_steps": state.window_steps,
+                    "last_finite_loss": state.last_finite_loss,
+                    "skipped": state.skipped,
+                    "wall_s": state.wall_s,
                     "last_val": state.last_val,
                 },
                 "rng": checkpoint.rng_state(),
@@ -259,9 +291,14 @@ class Trainer:
             self.ema.load_state_dict(saved["ema"])
         loop = saved["loop"]
         self.state = LoopState(
-            step=loop["step"], position=Position(loop["epoch"], loop["batch"]), best=dict(loop["best"]),
-            window_loss=loop["window_loss"], window_steps=loop["window_steps"],
-            last_finite_loss=loop["last_finite_loss"], skipped=loop["skipped"], wall_s=loop["wall_s"],
+            step=loop["step"],
+            position=Position(loop["epoch"], loop["batch"]),
+            best=dict(loop["best"]),
+            window_loss=loop["window_loss"],
+            window_steps=loop["window_steps"],
+            last_finite_loss=loop["last_finite_loss"],
+            skipped=loop["skipped"],
+            wall_s=loop["wall_s"],
             last_val=dict(loop["last_val"]),
         )
         checkpoint.set_rng_state(saved["rng"])

@@ -1,0 +1,73 @@
+"""The loop's options, each checked against what it must equal."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from conftest import compose
+from test_sweeps import TINY_IMAGENET
+
+from src.engine import train
+
+
+def losses(run_dir) -> list[float]:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [r["train/loss"] for r in rows if r["split"] == "train"]
+
+
+def run(tmp_path, name, *overrides):
+    cfg = compose(
+        ["trainer.log_every=1", "trainer.monitor_every=0", "trainer.val_every=0", *overrides], tmp_path
+    )
+    summary = train(cfg, tmp_path / name)
+    return summary, tmp_path / name
+
+
+def test_accumulating_two_half_batches_equals_one_full_batch(tmp_path):
+    _, whole = run(tmp_path, "whole", "trainer.max_steps=10", "task.batch_size=32")
+    _, halves = run(tmp_path, "halves", "trainer.max_steps=10", "task.batch_size=16", "trainer.accumulate=2")
+    torch.testing.assert_close(
+        torch.tensor(losses(halves)), torch.tensor(losses(whole)), rtol=1e-5, atol=1e-6
+    )
+
+
+def test_the_same_seed_gives_the_same_metrics_and_another_seed_does_not(tmp_path):
+    a, _ = run(tmp_path, "a", "trainer.max_steps=20")
+    b, _ = run(tmp_path, "b", "trainer.max_steps=20")
+    c, _ = run(tmp_path, "c", "trainer.max_steps=20", "seed=1")
+    assert a["final"] == b["final"] and a["final"] != c["final"]
+
+
+def test_ema_bf16_and_workers_on_the_deit_recipe(tmp_path, image_folder):
+    summary, run_dir = run(
+        tmp_path,
+        "ema",
+        *TINY_IMAGENET,
+        "backbone=vit_micro",
+        f"paths.data_dir={image_folder}",
+        "trainer.max_steps=4",
+        "trainer.ema=0.9",
+        "trainer.precision=bf16",
+        "trainer.num_workers=2",
+        "trainer.val_every=4",
+    )
+    assert {"val/acc", "val_ema/acc", "val_ema/loss"} <= set(summary["final"])
+    assert all(torch.isfinite(torch.tensor(losses(run_dir))))
+
+
+def test_workers_change_nothing(tmp_path, image_folder):
+    common = [*TINY_IMAGENET, "backbone=vit_micro", f"paths.data_dir={image_folder}", "trainer.max_steps=4"]
+    _, main = run(tmp_path, "main", *common, "trainer.num_workers=0")
+    _, workers = run(tmp_path, "workers", *common, "trainer.num_workers=2")
+    assert losses(main) == losses(workers)
+
+
+@pytest.mark.slow
+def test_compiled_model_trains_like_the_eager_one(tmp_path):
+    _, eager = run(tmp_path, "eager", "trainer.max_steps=5", "attn=standard")
+    _, compiled = run(tmp_path, "compiled", "trainer.max_steps=5", "attn=standard", "trainer.compile=true")
+    torch.testing.assert_close(
+        torch.tensor(losses(compiled)), torch.tensor(losses(eager)), rtol=1e-4, atol=1e-5
+    )

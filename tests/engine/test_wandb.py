@@ -1,0 +1,88 @@
+"""W&B: the same numbers as the record, offline without a key, and never a reason to stop."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import wandb
+from conftest import compose
+
+from src.engine import train
+
+SHORT = [
+    "logger=wandb",
+    "trainer.max_steps=4",
+    "trainer.val_every=2",
+    "trainer.log_every=2",
+    "trainer.monitor_every=0",
+]
+
+
+def run(tmp_path, *extra):
+    return train(compose([*SHORT, *extra], tmp_path), tmp_path / "run")
+
+
+def test_offline_mode_writes_a_local_wandb_run(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    summary = run(tmp_path)
+    (offline,) = (tmp_path / "run" / "wandb").glob("offline-run-*")
+    assert list(offline.glob("run-*.wandb")) and summary["steps"] == 4
+
+
+class FakeRun:
+    def __init__(self, fail_log: bool = False):
+        self.logged, self.finished, self.fail_log, self.summary = [], False, fail_log, {}
+
+    def log(self, metrics, step):
+        if self.fail_log:
+            raise ConnectionError("wandb.ai unreachable")
+        self.logged.append((step, metrics))
+
+    def finish(self):
+        self.finished = True
+
+
+def test_config_names_the_run_and_numbers_match_the_record(tmp_path, monkeypatch):
+    seen = {}
+    fake = FakeRun()
+
+    def fake_init(**kwargs):
+        seen.update(kwargs)
+        return fake
+
+    monkeypatch.setattr(wandb, "init", fake_init)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
+    run(tmp_path, "attn=spectral", "seed=3")
+    assert seen["mode"] == "offline"  # no key configured
+    assert seen["group"] == "digits/vit_digits" and seen["name"] == "spectral-seed3"
+    assert {"attn=spectral", "seed=3"} <= set(seen["tags"]) and seen["config"]["attn"][
+        "variant"
+    ] == "spectral"
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    record = [(r["step"], {k: v for k, v in r.items() if k not in ("step", "split")}) for r in rows]
+    assert fake.logged == record and fake.finished
+
+
+@pytest.mark.parametrize("failure", ["init", "log"])
+def test_a_wandb_failure_never_stops_training(tmp_path, monkeypatch, failure):
+    def broken_init(**kwargs):
+        raise ConnectionError("wandb.ai unreachable")
+
+    monkeypatch.setattr(
+        wandb, "init", broken_init if failure == "init" else lambda **kw: FakeRun(fail_log=True)
+    )
+    with pytest.warns(UserWarning, match="training goes on"):
+        summary = run(tmp_path)
+    assert summary["steps"] == 4 and (tmp_path / "run" / "summary.json").exists()
+
+
+def test_finish_runs_when_training_fails(tmp_path, monkeypatch):
+    fake = FakeRun()
+    monkeypatch.setattr(wandb, "init", lambda **kw: fake)
+    with pytest.raises(Exception, match="nonfinite|NaN|nan"):
+        run(tmp_path, "optim.lr=1e30", "sched.warmup_steps=0", "trainer.clip_grad=null")
+    assert fake.finished

@@ -1,0 +1,184 @@
+"""The entry point end to end, in fresh processes: the record, multirun, resume after SIGKILL,
+DDP, and bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import QUIET, ROOT, run_cli
+
+from src.engine import checkpoint
+
+RUNS = Path("runs/digits/vit_digits/precond/seed=0")
+SUMMARY_KEYS = {"task", "backbone", "attn", "seed", "steps", "metric", "final", "best", "wall_s"}
+
+
+def only_run(root: Path) -> Path:
+    (summary,) = root.glob("**/summary.json")
+    return summary.parent
+
+
+def test_a_short_run_writes_the_full_record(tmp_path):
+    result = run_cli(
+        ["trainer.max_steps=20", "trainer.val_every=10", "trainer.monitor_every=10"], cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    run = tmp_path / "outputs" / RUNS / "trainer.max_steps=20,trainer.monitor_every=10,trainer.val_every=10"
+    summary = json.loads((run / "summary.json").read_text())
+    assert SUMMARY_KEYS <= set(summary) and summary["steps"] == 20 and summary["attn"] == "precond"
+    assert set(summary["final"]) == {"val/acc", "val/loss"} and summary["metric"] == "val/acc"
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert all({"step", "split"} <= set(r) for r in rows)
+    assert [r["step"] for r in rows if r["split"] == "val"] == [10, 20]
+    assert any("kappa/W_Q/median" in r for r in rows if r["split"] == "monitor")
+    assert "train/loss" in rows[0] and "lr" in rows[0]
+    config = (run / "config.yaml").read_text()
+    assert "max_steps: 20" in config and "${" not in config  # resolved
+    saved = checkpoint.load(run / "checkpoints" / "last.pt")  # weights_only
+    assert saved["loop"]["step"] == 20 and "model" in saved
+
+
+@pytest.mark.slow
+def test_the_default_command_reaches_90_percent_within_five_minutes(tmp_path):
+    """README: `python -m src.run` with no overrides (outputs go where OUTPUT_DIR says)."""
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-m", "src.run"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "OUTPUT_DIR": str(tmp_path / "out")},
+    )
+    assert result.returncode == 0, result.stderr
+    summary = json.loads((tmp_path / "out" / RUNS / "summary.json").read_text())
+    assert summary["attn"] == "precond" and summary["final"]["val/acc"] > 0.90
+    assert time.monotonic() - started < 300
+
+
+@pytest.mark.slow
+def test_a_multirun_over_the_six_variants_leaves_six_records(tmp_path):
+    variants = "standard,precond,spectral,cond_init,cond_tokens,mimetic"
+    result = run_cli(["-m", f"attn={variants}", "trainer.max_steps=50"], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    summaries = [
+        json.loads(p.read_text()) for p in (tmp_path / "outputs" / "multirun").glob("**/summary.json")
+    ]
+    assert sorted(s["attn"] for s in summaries) == sorted(variants.split(","))
+    assert all(s["steps"] == 50 for s in summaries)
+
+
+def weights(run: Path) -> dict[str, torch.Tensor]:
+    return checkpoint.load(run / "checkpoints" / "last.pt")["model"]
+
+
+def comparable(run: Path) -> list[dict]:
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if k != "throughput"} for r in rows]
+
+
+@pytest.mark.slow
+def test_a_run_killed_and_rerun_ends_bit_identical(tmp_path):
+    args = [
+        "trainer.max_steps=80",
+        "trainer.checkpoint_every=10",
+        "trainer.val_every=20",
+        "trainer.log_every=5",
+        "trainer.monitor_every=20",
+        "attn=cond_tokens",
+    ]
+    for folder in ("whole", "killed"):
+        (tmp_path / folder).mkdir()
+    assert run_cli(args, cwd=tmp_path / "whole").returncode == 0
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "src.run", *args, *QUIET],
+        cwd=tmp_path / "killed",
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        metrics = list((tmp_path / "killed").glob("outputs/**/metrics.jsonl"))
+        if metrics and any(json.loads(line)["step"] >= 45 for line in metrics[0].read_text().splitlines()):
+            break
+        time.sleep(0.05)
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    killed = only_run(tmp_path / "killed") if list((tmp_path / "killed").glob("**/summary.json")) else None
+    assert killed is None, "the run finished before it could be killed"
+    assert run_cli(args, cwd=tmp_path / "killed").returncode == 0
+
+    whole, resumed = only_run(tmp_path / "whole"), only_run(tmp_path / "killed")
+    a, b = (json.loads((r / "summary.json").read_text()) for r in (whole, resumed))
+    assert a["final"] == b["final"] and a["best"] == b["best"] and b["steps"] == 80
+    assert comparable(whole) == comparable(resumed)
+    wa, wb = weights(whole), weights(resumed)
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+@pytest.mark.slow
+def test_two_ddp_processes_match_one_with_the_doubled_batch(tmp_path):
+    common = ["trainer.max_steps=20", "trainer.log_every=1", "trainer.device=cpu", "trainer.val_every=20"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled"}
+    ddp = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node",
+            "2",
+            "-m",
+            "src.run",
+            *common,
+            "task.batch_size=16",
+            "paths.output_dir=ddp",
+            *QUIET,
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert ddp.returncode == 0, ddp.stderr
+    single = run_cli([*common, "task.batch_size=32", "paths.output_dir=single"], cwd=tmp_path)
+    assert single.returncode == 0, single.stderr
+
+    def curve(root):
+        return [r["train/loss"] for r in comparable(only_run(tmp_path / root)) if r["split"] == "train"]
+
+    two, one = curve("ddp"), curve("single")
+    assert len(two) == len(one) == 20
+    torch.testing.assert_close(torch.tensor(two), torch.tensor(one), rtol=1e-4, atol=1e-5)  # stated tolerance
+    summary = json.loads((only_run(tmp_path / "ddp") / "summary.json").read_text())
+    assert summary["world_size"] == 2
+
+
+@pytest.mark.parametrize(
+    "args, message, status",
+    [
+        (["attn=softmax"], "Could not find 'attn/softmax'", 1),  # Hydra's own message, listing the options
+        (["attn=spectral", "attn.lam=ten"], "option lam='ten' must be float", 2),
+        (["backbone=vit_base"], "task=digits and backbone=vit_base are incompatible", 2),
+        (["task=imagenet", "paths.data_dir=nowhere"], "missing data folder nowhere/imagenet/train", 2),
+        (["trainer.device=cuda"], "no usable CUDA GPU", 2),
+    ],
+)
+def test_bad_input_ends_with_one_message_and_a_nonzero_status(args, message, status, tmp_path):
+    result = run_cli([*args, "trainer.max_steps=2"], cwd=tmp_path)
+    assert result.returncode == status and message in result.stderr
+    if status == 2:
+        assert result.stderr.strip().startswith("error:") and "Traceback" not in result.stderr
+    assert not list(tmp_path.glob("**/checkpoints/last.pt"))
