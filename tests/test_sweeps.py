@@ -1,14 +1,17 @@
 """Every experiment file and every compatible task × backbone × attn composes and trains 2 steps
-on tiny data in the real layout (digits from scikit-learn, ImageNet as a generated ImageFolder).
+on tiny data in the real layout (see ``tests/smoke/``). Full-size backbones are marked slow.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
+import pkgutil
+from pathlib import Path
 
 import pytest
+import smoke
 from conftest import CONF, compose
-from omegaconf import OmegaConf
 
 from src import attention
 from src.engine import train
@@ -22,63 +25,68 @@ TWO_STEPS = [
     "trainer.checkpoint_every=2",
     "trainer.eval_batches=1",
 ]
-TINY_IMAGENET = [
-    "task=imagenet",
-    "task.img_size=32",
-    "task.batch_size=4",
-    "task.eval_batch_size=4",
-    "task.num_classes=3",
-    "trainer.num_workers=0",
-]
-TASK_OVERRIDES = {"digits": [], "imagenet": TINY_IMAGENET}
-BASE = {"vit_base", "deit_base", "swin_base", "xcit_medium", "davit_base"}
+FAMILIES = [importlib.import_module(f"smoke.{m.name}") for m in pkgutil.iter_modules(smoke.__path__)]
+SMOKE = {task: overrides for family in FAMILIES for task, overrides in family.OVERRIDES.items()}
+
+
+@pytest.fixture(scope="session")
+def data_dir(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("data")
+    for family in FAMILIES:
+        family.prepare(root)
+    return root
+
+
+def test_every_task_has_smoke_overrides():
+    assert sorted(SMOKE) == sorted(p.stem for p in (CONF / "task").glob("*.yaml"))
 
 
 def combinations():
-    for task, extra in TASK_OVERRIDES.items():
-        task_cfg = OmegaConf.create({"input": "image", "img_size": 32 if extra else 8})
+    for task, overrides in sorted(SMOKE.items()):
+        task_cfg = compose([f"task={task}", *overrides], Path("unused")).task
         for backbone in compatible_backbones(task_cfg):
+            full = compose([f"task={task}", f"backbone={backbone}"], Path("unused")).backbone.scale == "full"
             for variant in attention.VARIANTS:
-                marks = [pytest.mark.slow] if backbone in BASE else []
-                yield pytest.param(task, backbone, variant, marks=marks, id=f"{task}-{backbone}-{variant}")
+                yield pytest.param(
+                    task,
+                    backbone,
+                    variant,
+                    marks=[pytest.mark.slow] if full else [],
+                    id=f"{task}-{backbone}-{variant}",
+                )
 
 
-def check_record(run_dir, steps: int = 2) -> dict:
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["steps"] == steps and summary["status"] == "completed"
-    assert summary["metric"] in summary["final"] and (run_dir / "checkpoints" / "last.pt").exists()
+def smoke_overrides(task: str, data_dir: Path) -> list[str]:
+    return [f"task={task}", *SMOKE[task], *TWO_STEPS, f"paths.data_dir={data_dir}"]
+
+
+def check_record(summary: dict, run_dir: Path) -> None:
+    assert json.loads((run_dir / "summary.json").read_text()) == json.loads(json.dumps(summary, default=str))
+    assert (
+        summary["steps"] == 2 and summary["status"] == "completed" and summary["metric"] in summary["final"]
+    )
+    assert (run_dir / "checkpoints" / "last.pt").exists()
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert {r["split"] for r in rows} == {"train", "val", "monitor"}
-    return summary
 
 
 @pytest.mark.parametrize("task, backbone, variant", list(combinations()))
-def test_combination_trains_two_steps(task, backbone, variant, image_folder, tmp_path):
-    cfg = compose(
-        [
-            *TASK_OVERRIDES[task],
-            f"backbone={backbone}",
-            f"attn={variant}",
-            *TWO_STEPS,
-            f"paths.data_dir={image_folder}",
-        ],
-        tmp_path,
-    )
-    summary = check_record_after(train(cfg, tmp_path / "run"), tmp_path / "run")
+def test_combination_trains_two_steps(task, backbone, variant, data_dir, tmp_path):
+    cfg = compose([*smoke_overrides(task, data_dir), f"backbone={backbone}", f"attn={variant}"], tmp_path)
+    summary = train(cfg, tmp_path / "run")
+    check_record(summary, tmp_path / "run")
     assert (summary["task"], summary["backbone"], summary["attn"]) == (task, backbone, variant)
 
 
-def check_record_after(summary: dict, run_dir) -> dict:
-    assert check_record(run_dir) == json.loads(json.dumps(summary, default=str))
-    return summary
-
-
-@pytest.mark.parametrize("experiment", sorted(p.stem for p in (CONF / "experiment").glob("**/*.yaml")))
-def test_experiment_composes_and_trains_two_steps(experiment, image_folder, tmp_path):
-    cfg = compose([f"experiment={experiment}", *TWO_STEPS, f"paths.data_dir={image_folder}"], tmp_path)
-    if cfg.task.name == "imagenet":
-        cfg = compose(
-            [f"experiment={experiment}", *TINY_IMAGENET, *TWO_STEPS, f"paths.data_dir={image_folder}"],
-            tmp_path,
-        )
-    check_record_after(train(cfg, tmp_path / "run"), tmp_path / "run")
+@pytest.mark.parametrize(
+    "experiment",
+    sorted(
+        str(p.relative_to(CONF / "experiment").with_suffix(""))
+        for p in (CONF / "experiment").glob("**/*.yaml")
+    ),
+)
+def test_experiment_composes_and_trains_two_steps(experiment, data_dir, tmp_path):
+    task = compose([f"experiment={experiment}"], tmp_path).task.name
+    cfg = compose([*smoke_overrides(task, data_dir), f"experiment={experiment}"], tmp_path)
+    summary = train(cfg, tmp_path / "run")
+    check_record(summary, tmp_path / "run")

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 from conftest import compose
-from test_sweeps import TINY_IMAGENET
+from smoke.classification import TINY_IMAGENET
 
 from src.engine import train
 
@@ -44,6 +44,7 @@ def test_ema_bf16_and_workers_on_the_deit_recipe(tmp_path, image_folder):
     summary, run_dir = run(
         tmp_path,
         "ema",
+        "task=imagenet",
         *TINY_IMAGENET,
         "backbone=vit_micro",
         f"paths.data_dir={image_folder}",
@@ -58,7 +59,13 @@ def test_ema_bf16_and_workers_on_the_deit_recipe(tmp_path, image_folder):
 
 
 def test_workers_change_nothing(tmp_path, image_folder):
-    common = [*TINY_IMAGENET, "backbone=vit_micro", f"paths.data_dir={image_folder}", "trainer.max_steps=4"]
+    common = [
+        "task=imagenet",
+        *TINY_IMAGENET,
+        "backbone=vit_micro",
+        f"paths.data_dir={image_folder}",
+        "trainer.max_steps=4",
+    ]
     _, main = run(tmp_path, "main", *common, "trainer.num_workers=0")
     _, workers = run(tmp_path, "workers", *common, "trainer.num_workers=2")
     assert losses(main) == losses(workers)
