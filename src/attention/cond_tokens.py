@@ -23,7 +23,17 @@ Option ``method``:
   unit gain and zero bias (Swin and DaViT at init: every token centred, ``X·1 = 0``) keep
   ``κ = ∞`` under ``polar``; ``svd`` lifts that direction too.
 
-The correction is computed in fp32 outside autocast, then cast to the tokens' dtype.
+Causal decoders ([reading]): a correction from the SVD of a whole sequence would let
+position ``t`` depend on tokens after ``t``. For a causal entry (``TokenEntry.causal``, the
+token ``nn.Embedding``) the correction conditions the embedding table ``E (V×D)`` instead:
+``C = σ_max(E) · U Vᵀ`` from ``E = U Σ Vᵀ``, so ``κ(E + C) ≤ 2`` and each token's embedding
+``E_i + C_i`` depends on the token alone. Since ``C_i = E_i · M`` with the ``D×D`` map
+``M = σ_max (EᵀE)^{-½}`` (pseudo-inverse on ``EᵀE``'s null space), the hook adds ``X·M`` to
+the embedding output ``X``; ``M`` comes from an eigendecomposition of the ``D×D`` Gram in
+float64, whichever ``method`` is set (no ``V×D`` factorisation is needed).
+
+The correction is computed in fp32 (the vocabulary map in fp64) outside autocast, then cast
+to the tokens' dtype.
 """
 
 from __future__ import annotations
@@ -35,7 +45,7 @@ import torch
 from torch import Tensor, nn
 
 from .polar import polar_factor
-from .registry import Variant, find_token_entry, register
+from .registry import AttentionConfigError, Variant, find_token_entry, register
 from .sites import AttentionSite
 
 
@@ -49,17 +59,35 @@ def token_correction(x: Tensor, method: str = "svd", steps: int = 12, power_iter
     return sigma[..., None, None] * y
 
 
-class TokenConditioner(nn.Module):
-    """``X -> X + C(X)`` on the tokens entering the first layer."""
+def vocabulary_map(table: Tensor, nonzero_rtol: float = 1e-12) -> Tensor:
+    """``M = σ_max(E) (EᵀE)^{-½}`` for an embedding table ``E (V, D)``: ``(E + E M)`` is
+    ``E + σ_max U Vᵀ``. Eigenvalues of the Gram below ``nonzero_rtol · λ_max`` count as zero."""
+    gram = table.double().mT @ table.double()  # (D, D)
+    eig, vec = torch.linalg.eigh(gram)
+    top = eig.max()
+    inv_sqrt = torch.where(eig > nonzero_rtol * top, eig.clamp_min(torch.finfo(eig.dtype).tiny).rsqrt(), 0.0)
+    return top.sqrt() * (vec * inv_sqrt) @ vec.mT  # (D, D)
 
-    def __init__(self, method: str, detach: bool, steps: int, power_iters: int) -> None:
+
+class TokenConditioner(nn.Module):
+    """``X -> X + C(X)`` on the tokens entering the first layer (or, for a causal decoder,
+    ``X -> X + X·M`` with ``M`` from the embedding table ``table``)."""
+
+    def __init__(
+        self, method: str, detach: bool, steps: int, power_iters: int, table: nn.Embedding | None = None
+    ) -> None:
         super().__init__()
         self.method, self.detach, self.steps, self.power_iters = method, detach, steps, power_iters
+        self.__dict__["table"] = table  # a reference, not a submodule: the model owns it
 
     def forward(self, tokens: Tensor) -> Tensor:  # (B, N, D)
         source = tokens.detach() if self.detach else tokens
         with torch.autocast(tokens.device.type, enabled=False):
-            correction = token_correction(source, self.method, self.steps, self.power_iters)
+            if self.table is not None:
+                table = self.table.weight.detach() if self.detach else self.table.weight
+                correction = source.double() @ vocabulary_map(table)  # (B, N, D)
+            else:
+                correction = token_correction(source, self.method, self.steps, self.power_iters)
         return tokens + correction.to(tokens.dtype)
 
     def extra_repr(self) -> str:
@@ -81,6 +109,11 @@ class CondTokens(Variant):
 
     def modify(self, model: nn.Module, sites: list[AttentionSite]) -> None:
         entry = find_token_entry(model)
-        conditioner = TokenConditioner(self.method, self.detach, self.steps, self.power_iters)
+        table = entry.module if entry.causal else None
+        if table is not None and not isinstance(table, nn.Embedding):
+            raise AttentionConfigError(
+                f"a causal token entry must be the token nn.Embedding, got {type(table).__name__}"
+            )
+        conditioner = TokenConditioner(self.method, self.detach, self.steps, self.power_iters, table)
         model.token_conditioner = conditioner
         entry.register(conditioner)

@@ -121,10 +121,18 @@ class AttentionSite:
 
 @dataclass
 class TokenEntry:
-    """The module whose first input is the embedded tokens of the first transformer layer."""
+    """Where the embedded tokens enter the first transformer layer.
+
+    ``module`` is the module whose first input is the token matrix (in ``layout``). For a
+    causal decoder (``causal=True``), ``module`` is instead the token ``nn.Embedding``: a
+    correction computed from a whole sequence would let a position see later tokens, so
+    ``cond_tokens`` conditions the embedding's output with a correction that depends on the
+    embedding table only (see :mod:`src.attention.cond_tokens`).
+    """
 
     module: nn.Module
     layout: Layout = "BND"
+    causal: bool = False
 
     def to_tokens(self, x: Tensor) -> Tensor:
         """``x`` in the module's layout -> ``(B, N, D)``."""
@@ -143,12 +151,33 @@ class TokenEntry:
         return tokens.transpose(1, 2).reshape(like.shape)  # BCHW
 
     def register(self, transform: Callable[[Tensor], Tensor]) -> torch.utils.hooks.RemovableHandle:
-        """Replace the entry's first input ``x`` by ``transform`` applied to its tokens.
+        """Replace the entry's tokens by ``transform`` of them: the first input ``x``, or for
+        a causal entry the embedding's output.
 
         ``transform`` should be a module owned by the model (or a bound method of one), so
         that a deep copy of the model (EMA, for instance) hooks its own copy.
         """
+        if self.causal:
+            return self.module.register_forward_hook(_EmbeddingHook(transform))
         return self.module.register_forward_pre_hook(_TokenHook(self, transform), with_kwargs=True)
+
+    def observe(self, keep: Callable[[Tensor], None]) -> torch.utils.hooks.RemovableHandle:
+        """Call ``keep`` with the ``(B, N, D)`` tokens the entry passes on (after any correction)."""
+        if self.causal:
+            return self.module.register_forward_hook(lambda m, a, out: keep(out))
+        return self.module.register_forward_pre_hook(
+            lambda m, a, kw: keep(self.to_tokens(a[0] if a else kw["x"])), with_kwargs=True
+        )
+
+
+class _EmbeddingHook:
+    """A forward hook that replaces an embedding's output ``(B, N, D)`` by ``transform`` of it."""
+
+    def __init__(self, transform: Callable[[Tensor], Tensor]) -> None:
+        self.transform = transform
+
+    def __call__(self, module: nn.Module, args: tuple, output: Tensor) -> Tensor:
+        return self.transform(output)
 
 
 class _TokenHook:

@@ -116,13 +116,7 @@ class ConditioningMonitor:
             elif site.probs is not None:
                 handles.append(site.probs.register_forward_hook(lambda m, a, o, n=site.name: keep(n, "P", o)))
         if self.entry is not None:
-            entry = self.entry
-            handles.append(
-                entry.module.register_forward_pre_hook(
-                    lambda m, a, kw: keep("tokens", "tokens", entry.to_tokens(a[0] if a else kw["x"])),
-                    with_kwargs=True,
-                )
-            )
+            handles.append(self.entry.observe(lambda tokens: keep("tokens", "tokens", tokens)))
         was_training = self.model.training
         try:
             self.model.eval()

@@ -7,7 +7,7 @@ import torch
 from conftest import real_looking_tokens, tiny_model
 
 from src import attention
-from src.attention.cond_tokens import TokenConditioner, token_correction
+from src.attention.cond_tokens import TokenConditioner, token_correction, vocabulary_map
 from src.attention.polar import newton_schulz_scales, polar_factor, top_singular_value
 from src.conditioning import ConditioningMonitor, kappa
 
@@ -100,3 +100,69 @@ def test_correction_keeps_the_dtype_under_autocast(tokens):
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = TokenConditioner("polar", True, 12, 24)(tokens[:2].bfloat16())
     assert out.dtype == torch.bfloat16 and kappa(out.float()).max() < 2.2
+
+
+class TinyDecoder(torch.nn.Module):
+    """A causal decoder with the suite's interface: token embedding, positions, one causal layer."""
+
+    def __init__(self, vocab: int = 40, dim: int = 16, heads: int = 2, length: int = 12):
+        super().__init__()
+        from timm.layers import Attention
+
+        self.wte, self.wpe = torch.nn.Embedding(vocab, dim), torch.nn.Embedding(length, dim)
+        self.attn = Attention(dim, heads)
+        self.head = torch.nn.Linear(dim, vocab)
+
+    def token_entry(self):
+        return attention.TokenEntry(self.wte, causal=True)
+
+    def forward(self, ids):  # (B, N)
+        x = self.wte(ids) + self.wpe(torch.arange(ids.shape[1]))
+        return self.head(x + self.attn(x, is_causal=True))  # (B, N, V)
+
+
+@pytest.mark.parametrize("vocab, dim", [(40, 16), (10, 16)])
+def test_causal_entries_condition_the_embedding_table(vocab, dim):
+    torch.manual_seed(0)
+    model = TinyDecoder(vocab, dim)
+    with torch.no_grad():
+        model.wte.weight.mul_(torch.logspace(0, -2, dim))  # κ(E) about 100
+    table = model.wte.weight.detach().clone()
+    attention.apply(model, "cond_tokens")
+    ids = torch.arange(vocab)[None]  # every token once
+    conditioned = model.wte(ids)[0]  # (V, D): E + C
+    torch.testing.assert_close(
+        conditioned, table + table @ vocabulary_map(table).float(), rtol=1e-5, atol=1e-6
+    )
+    assert kappa(table, nonzero_rtol=1e-6) > 10
+    assert kappa(conditioned, nonzero_rtol=1e-6) <= 2 + 1e-4
+
+
+@pytest.mark.parametrize("method", ["svd", "polar"])
+def test_causal_conditioning_never_looks_ahead(method):
+    torch.manual_seed(0)
+    model = attention.apply(TinyDecoder(), "cond_tokens", method=method)
+    ids = torch.randint(0, 40, (2, 12))
+    changed = ids.clone()
+    changed[:, 7] = (changed[:, 7] + 1) % 40
+    out, out_changed = model(ids), model(changed)
+    torch.testing.assert_close(out[:, :7], out_changed[:, :7], rtol=0, atol=0)
+    assert not torch.allclose(out[:, 7:], out_changed[:, 7:])
+
+
+def test_causal_correction_is_a_constant_of_the_step():
+    torch.manual_seed(0)
+    model = attention.apply(TinyDecoder(), "cond_tokens")
+    ids = torch.randint(0, 40, (2, 12))
+    upstream = torch.randn(2, 12, 16)
+    (model.wte(ids) * upstream).sum().backward()
+    expected = torch.zeros_like(model.wte.weight).index_add_(0, ids.reshape(-1), upstream.reshape(-1, 16))
+    torch.testing.assert_close(model.wte.weight.grad, expected)
+
+
+def test_the_monitor_reads_a_causal_entrys_corrected_output():
+    torch.manual_seed(0)
+    model = attention.apply(TinyDecoder(), "cond_tokens")
+    ids = torch.randint(0, 40, (2, 12))
+    out = ConditioningMonitor(model)(ids)
+    assert out["kappa/tokens/median"] == pytest.approx(kappa(model.wte(ids[:2])).median().item(), rel=1e-6)
