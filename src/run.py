@@ -11,6 +11,7 @@ import sys
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from src.engine import train
@@ -20,12 +21,13 @@ from src.errors import SuiteError
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> float | None:
     """Train one run; returns its main metric (for Hydra's sweepers)."""
+    hydra_cfg = HydraConfig.get()
     try:
-        summary = train(cfg, HydraConfig.get().runtime.output_dir)
+        summary = train(cfg, hydra_cfg.runtime.output_dir)
     except Exception as e:
         cause = user_error(e)
-        if cause is None:
-            raise
+        if cause is None or hydra_cfg.mode == RunMode.MULTIRUN:
+            raise  # in a sweep, Hydra records the failure and runs the other jobs
         print(f"error: {cause}", file=sys.stderr)
         sys.exit(2)
     return summary["final"].get(summary["metric"])

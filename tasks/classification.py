@@ -110,9 +110,10 @@ class Digits(ImageClassification):
         )
         mean, std = images[train_idx].mean(), images[train_idx].std()
         images = (images - mean) / std
-        return TensorDataset(images[train_idx], labels[train_idx]), TensorDataset(
-            images[val_idx], labels[val_idx]
-        )
+        train = TensorDataset(images[train_idx], labels[train_idx])
+        val = TensorDataset(images[val_idx], labels[val_idx])
+        train.draws_random = val.draws_random = False  # no augmentation: the loop skips per-sample seeding
+        return train, val
 
 
 IMAGE_SUFFIXES = {".jpeg", ".jpg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp"}

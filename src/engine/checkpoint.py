@@ -2,19 +2,30 @@
 
 ``last.pt`` holds the model, optimizer, scheduler and EMA states, the step, the data
 stream's position, every RNG state and the loop's running state. It is written to a
-temporary file and renamed, so a kill never leaves half a checkpoint; it loads with
-``weights_only=True`` (RNG states are stored as tensors and plain Python values).
+temporary file and renamed, so a kill never leaves half a checkpoint, and the one it
+replaces is kept as ``previous.pt``: if ``last.pt`` is truncated or corrupt (a full disk, a
+copy gone wrong), :func:`load_latest` says so and resumes from ``previous.pt``. Checkpoints
+load with ``weights_only=True`` (RNG states are stored as tensors and plain Python values).
 """
 
 from __future__ import annotations
 
 import os
 import random
+import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+
+from src.errors import SuiteError
+
+PREVIOUS = "previous.pt"
+
+
+class CheckpointError(SuiteError):
+    """No checkpoint of a run folder can be read."""
 
 
 def rng_state() -> dict[str, Any]:
@@ -48,15 +59,43 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 def save(state: dict[str, Any], path: Path) -> None:
-    """Write ``state`` to ``path`` atomically: a temporary file, flushed, then renamed."""
+    """Write ``state`` to ``path`` atomically (a temporary file, flushed, then renamed), keeping
+    the checkpoint it replaces as ``previous.pt`` beside it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as f:
         torch.save(state, f)
         f.flush()
         os.fsync(f.fileno())
+    if path.exists():
+        os.replace(path, path.with_name(PREVIOUS))
     os.replace(tmp, path)
 
 
 def load(path: Path, device: torch.device | str = "cpu") -> dict[str, Any]:
     return torch.load(path, map_location=device, weights_only=True)
+
+
+def load_latest(path: Path, device: torch.device | str = "cpu") -> dict[str, Any] | None:
+    """The newest readable checkpoint: ``path`` (``last.pt``), else ``previous.pt`` beside it,
+    with a warning that names the unreadable file; None when the run has none yet."""
+    candidates = [p for p in (path, path.with_name(PREVIOUS)) if p.exists()]
+    failures = []
+    for candidate in candidates:
+        try:
+            state = load(candidate, device)
+        except Exception as error:  # noqa: BLE001  truncated, corrupt, or not a checkpoint
+            failures.append(f"{candidate} ({type(error).__name__}: {str(error).splitlines()[0][:200]})")
+            continue
+        if failures:
+            warnings.warn(
+                f"unreadable checkpoint {failures[0]}; resuming from {candidate} "
+                f"(step {state['loop']['step']})",
+                stacklevel=2,
+            )
+        return state
+    if failures:
+        raise CheckpointError(
+            f"no readable checkpoint: {'; '.join(failures)}. Delete the folder's checkpoints/ to start over"
+        )
+    return None

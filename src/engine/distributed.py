@@ -25,7 +25,12 @@ class Dist:
 
     @classmethod
     def setup(cls, device: str = "auto") -> Dist:
-        """Read ``torchrun``'s environment, start the process group, and pick the device."""
+        """Read ``torchrun``'s environment (or SLURM's, for a submitit job with several tasks),
+        start the process group, and pick the device."""
+        if "WORLD_SIZE" not in os.environ and int(os.environ.get("SLURM_NTASKS", "1")) > 1:
+            import submitit
+
+            submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
         world = int(os.environ.get("WORLD_SIZE", "1"))
         rank, local_rank = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
         target = resolve_device(device, local_rank)

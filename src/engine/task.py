@@ -2,6 +2,24 @@
 
 A task owns its data and its metric, not the loop. It is built from the ``task`` config
 group (``_target_``) and never sees the trainer; the loop calls these methods only.
+
+Optional, looked up with ``getattr``: ``collate_fn``; ``derived_metrics(means) -> dict``,
+metrics computed from the reduced means (perplexity from the mean loss), added to them;
+``tokens_per_sample`` (int), with which the loop logs ``tokens_per_s`` beside ``throughput``;
+``after_backward(model, step, loss) -> dict | None``, called after backward and clipping,
+before ``optimizer.step()`` (gradients in ``.grad``; ``step`` counts from 1, ``loss`` is the
+step's mean), whose metrics the loop logs at ``step`` (split ``train``);
+``after_validation(model, step, run_dir, final)``, called on the main process after each
+validation is logged (``final`` at the last step), for what a task writes into the run
+folder; ``state_dict()`` / ``load_state_dict(state)``, the task's own state, carried by the
+checkpoint so that a resumed run logs what an uninterrupted one does. The hooks get the
+bare model (not its DDP or compiled wrapper) and must not draw from the global RNGs.
+
+A task that brings its own loop (detection trains in mmengine's Runner) defines
+``run(cfg, record, dist, wandb) -> dict`` instead of the data and loss methods: ``train`` calls
+it after the compatibility check and seeding, and writes what it returns (``steps``, ``final``,
+``best``, ``wall_s``, …; the record's rows and ``checkpoints/last.pt`` are its to write) into
+``summary.json`` beside the keys every run has (task, backbone, attn, seed, metric, status).
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ checkpoints and resume. Classification, LRA, LM and the sandbox all train here.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
@@ -39,6 +40,7 @@ class LoopState:
     window_loss: float = 0.0
     window_steps: int = 0
     last_finite_loss: float | None = None
+    last_finite_step: int | None = None
     skipped: int = 0
     wall_s: float = 0.0
     last_val: dict[str, float] = field(default_factory=dict)
@@ -78,6 +80,11 @@ class Trainer:
             dist.device.type, dtype=torch.bfloat16, enabled=cfg.precision == "bf16"
         )
         self.state = LoopState()
+        self.saved_step: int | None = None  # the step of the newest checkpoint
+        # The task's optional hooks (see src/engine/task.py), looked up once.
+        self.after_backward = getattr(task, "after_backward", None)
+        self.after_validation = getattr(task, "after_validation", None)
+        self._hook_metrics: dict[str, float] | None = None
 
     # -- the loop ------------------------------------------------------------------------
 
@@ -97,6 +104,9 @@ class Trainer:
                 loss = self._optimizer_step(batches)
                 window_samples += self.task.batch_size * cfg.accumulate * self.dist.world
                 state.step += 1
+                if self._hook_metrics:
+                    self._log("train", self._hook_metrics)
+                    self._hook_metrics = None
                 if loss is not None:
                     state.window_loss, state.window_steps = state.window_loss + loss, state.window_steps + 1
                 if state.step % cfg.log_every == 0 or state.step == self.total_steps:
@@ -145,30 +155,38 @@ class Trainer:
             return self._non_finite(mean)
         if cfg.clip_grad:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip_grad)
+        if self.after_backward is not None:
+            self._hook_metrics = self.after_backward(self.raw_model, self.state.step + 1, mean)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step_update(self.state.step + 1)
         if self.ema is not None:
             self.ema.update(self.raw_model, step=self.state.step + 1)
-        self.state.last_finite_loss = mean
+        self.state.last_finite_loss, self.state.last_finite_step = mean, self.state.step + 1
         return mean
 
     def _non_finite(self, value: float) -> None:
-        step = self.state.step + 1
+        """Skip the batch (``trainer.nonfinite=skip``), or stop, naming the step, the last finite
+        loss and the checkpoint a rerun resumes from."""
+        step, state = self.state.step + 1, self.state
         self.optimizer.zero_grad(set_to_none=True)
         if self.cfg.nonfinite == "skip":
-            self.state.skipped += 1
-            self._log("train", {"train/skipped_batch": 1.0, "train/loss_nonfinite": value})
+            state.skipped += 1
+            self._hook_metrics = {"train/skipped_batches": float(state.skipped)}  # logged at this step
             return None
         kept = (
-            f"{self.record.checkpoint} (step {self._checkpoint_step()})"
-            if self.record.checkpoint.exists()
+            f"{self.record.checkpoint} (step {self.saved_step})"
+            if self.saved_step is not None
+            else "none yet"
+        )
+        last = (
+            f"{state.last_finite_loss:.6g} at step {state.last_finite_step}"
+            if state.last_finite_loss is not None
             else "none"
         )
         raise NonFiniteLoss(
-            f"loss is {value} at step {step}; last finite loss {self.state.last_finite_loss} "
-            f"at step {step - 1}; checkpoint kept: {kept}. Lower optim.lr, set trainer.clip_grad, "
-            "or set trainer.nonfinite=skip to skip such batches"
+            f"loss is {value} at step {step}; last finite loss {last}; checkpoint kept: {kept}. "
+            "Lower optim.lr, set trainer.clip_grad, or set trainer.nonfinite=skip to skip such batches"
         )
 
     # -- evaluation, monitoring, logging -------------------------------------------------
@@ -201,10 +219,11 @@ class Trainer:
             model.train(was_training)
         keys = sorted(sums)
         reduced = self.dist.all_sum(torch.stack([sums[k] for k in keys])) if keys else []
-        return {
-            key.replace("val/", f"{prefix}/", 1): (t / c).item()
-            for key, (t, c) in zip(keys, reduced, strict=True)
-        }
+        means = {key: (t / c).item() for key, (t, c) in zip(keys, reduced, strict=True)}
+        derive = getattr(self.task, "derived_metrics", None)  # optional: metrics of the means (perplexity)
+        if derive is not None and means:
+            means.update(derive(means))
+        return {key.replace("val/", f"{prefix}/", 1): value for key, value in means.items()}
 
     def _validate(self) -> None:
         metrics = self.evaluate(self.model)
@@ -216,6 +235,10 @@ class Trainer:
             self.state.best = {**metrics, "step": self.state.step}
         self.state.last_val = metrics
         self._log("val", metrics)
+        if self.after_validation is not None and self.dist.main:
+            self.after_validation(
+                self.raw_model, self.state.step, self.record.dir, final=self.state.step == self.total_steps
+            )
 
     def _monitor(self) -> dict[str, float]:
         if not hasattr(self, "_monitor_batch"):
@@ -233,6 +256,9 @@ class Trainer:
     def _log_train(self, throughput: float) -> dict[str, float]:
         state = self.state
         stats = {"lr": self.optimizer.param_groups[0]["lr"], "throughput": throughput}
+        tokens = getattr(self.task, "tokens_per_sample", None)  # optional: sequence tasks
+        if tokens:
+            stats["tokens_per_s"] = throughput * tokens
         if state.window_steps:
             stats = {"train/loss": state.window_loss / state.window_steps, **stats}
         state.window_loss, state.window_steps = 0.0, 0
@@ -248,59 +274,40 @@ class Trainer:
     # -- checkpoints ---------------------------------------------------------------------
 
     def _save(self) -> None:
+        state = self.state
         if not self.dist.main:
+            self.saved_step = state.step
             self.dist.barrier()
             return
-        state = self.state
         checkpoint.save(
             {
                 "model": self.raw_model.state_dict(),
                 "optimizer": self.optimizer.state_dict(),
                 "scheduler": self.scheduler.state_dict(),
                 "ema": self.ema.state_dict() if self.ema is not None else None,
-                "loop": {
-                    "step": state.step,
-                    "epoch": state.position.epoch,
-                    "batch": state.position.batch,
-                    "best": state.best,
-                    "window_loss": state.window_loss,
-                    "window_steps": state.window_steps,
-                    "last_finite_loss": state.last_finite_loss,
-                    "skipped": state.skipped,
-                    "wall_s": state.wall_s,
-                    "last_val": state.last_val,
-                },
+                "loop": dataclasses.asdict(state),  # position becomes {"epoch", "batch"}
                 "rng": checkpoint.rng_state(),
+                "task": self.task.state_dict() if hasattr(self.task, "state_dict") else None,
             },
             self.record.checkpoint,
         )
+        self.saved_step = state.step
         self.dist.barrier()
 
-    def _checkpoint_step(self) -> int:
-        return int(checkpoint.load(self.record.checkpoint)["loop"]["step"])
-
     def _resume(self) -> None:
-        path = self.record.checkpoint
-        if not path.exists():
+        saved = checkpoint.load_latest(self.record.checkpoint, self.dist.device)
+        if saved is None:
             return
-        saved = checkpoint.load(path, self.dist.device)
         self.raw_model.load_state_dict(saved["model"])
         self.optimizer.load_state_dict(saved["optimizer"])
         self.scheduler.load_state_dict(saved["scheduler"])
         if self.ema is not None and saved["ema"] is not None:
             self.ema.load_state_dict(saved["ema"])
         loop = saved["loop"]
-        self.state = LoopState(
-            step=loop["step"],
-            position=Position(loop["epoch"], loop["batch"]),
-            best=dict(loop["best"]),
-            window_loss=loop["window_loss"],
-            window_steps=loop["window_steps"],
-            last_finite_loss=loop["last_finite_loss"],
-            skipped=loop["skipped"],
-            wall_s=loop["wall_s"],
-            last_val=dict(loop["last_val"]),
-        )
+        self.state = LoopState(**{**loop, "position": Position(**loop["position"])})
+        self.saved_step = self.state.step
         checkpoint.set_rng_state(saved["rng"])
+        if saved.get("task") is not None and hasattr(self.task, "load_state_dict"):
+            self.task.load_state_dict(saved["task"])
         if self.dist.main:
             self.record.truncate_after(self.state.step)
