@@ -15,10 +15,13 @@ What it measures, for every attention site of the model (see :mod:`src.attention
   (sites that never materialise ``P``, DaViT's channel attention, report none);
 * ``A``: κ of each head's output as it enters the output projection (after ``precond``'s
   ``C`` when that variant is applied); single-row outputs (class attention) are skipped;
-* ``entropy/P``: each row's entropy of ``P`` over ``log n`` (1 uniform, 0 one-hot), to see
+* ``entropy/P``: each row's entropy of ``P`` over the log of the number of keys it may attend
+  to (masked keys excluded; 1 uniform, 0 one-hot), to see
   whether a variant saturates the softmax (``spectral`` with a large ``lam`` does);
 * ``tokens``: κ of each sample's embedded tokens entering the first layer (after
-  ``cond_tokens``' correction when applied), where the model's token entry is known;
+  ``cond_tokens``' correction when applied), where the model's token entry is known; for a
+  causal decoder, whose per-sample embeddings repeat rows wherever a token repeats, κ of the
+  (conditioned) embedding table instead, ``kappa/tokens/table``;
 * ``bound`` (option): ``B(J)`` of each head on the first sample, token attention only,
   with ``P`` recomputed from ``X`` and the weights (no position bias or mask).
 
@@ -39,9 +42,10 @@ import torch
 from torch import Tensor, nn
 
 from src.attention import AttentionConfigError, AttentionSite, find_sites, find_token_entry
+from src.attention.cond_tokens import vocabulary_map
 
 from .jacobian import jacobian_bound
-from .kappa import kappa
+from .kappa import kappa, kappa_of_values
 
 
 class ConditioningMonitor:
@@ -70,7 +74,20 @@ class ConditioningMonitor:
         for site in self.sites:
             for key, w in site.head_weights().items():  # (H, D, d)
                 values[f"kappa/{key}"][site.name] = kappa(w, self.nonzero_rtol)
+        if self.entry is not None and self.entry.causal:
+            values["kappa/tokens"]["table"] = self._table_kappa()
         return self._summarise(values)
+
+    def _table_kappa(self) -> Tensor:
+        """κ of the embedding table a causal entry draws tokens from, ``cond_tokens``' correction
+        included, from the eigenvalues of its ``D×D`` Gram (no ``V×D`` factorisation)."""
+        table = self.entry.module.weight.detach().double()  # (V, D)
+        conditioner = getattr(self.model, "token_conditioner", None)
+        if conditioner is not None and conditioner.table is self.entry.module:
+            table = table + table @ vocabulary_map(table)
+        eig = torch.linalg.eigvalsh(table.mT @ table).clamp_min(0)  # σ² of the table
+        rtol = None if self.nonzero_rtol is None else self.nonzero_rtol**2
+        return kappa_of_values(eig, rtol).sqrt()
 
     @torch.no_grad()
     def __call__(self, *args: Any, **kwargs: Any) -> dict[str, float]:
@@ -115,7 +132,7 @@ class ConditioningMonitor:
                 )
             elif site.probs is not None:
                 handles.append(site.probs.register_forward_hook(lambda m, a, o, n=site.name: keep(n, "P", o)))
-        if self.entry is not None:
+        if self.entry is not None and not self.entry.causal:
             handles.append(self.entry.observe(lambda tokens: keep("tokens", "tokens", tokens)))
         was_training = self.model.training
         try:
@@ -150,9 +167,14 @@ class ConditioningMonitor:
 
 
 def normalized_entropy(p: Tensor) -> Tensor:
-    """Entropy of each row of ``p (…, n, n)`` divided by ``log n``; shape ``(…, n)``."""
-    p = p.double()
-    return -(p * p.clamp_min(1e-300).log()).sum(-1) / torch.log(torch.tensor(float(p.shape[-1])))
+    """Entropy of each row of ``p (…, n, m)`` over the log of its support (the keys with
+    non-zero probability: a causal or padded row attends to fewer than ``m``); rows with a
+    single key, whose entropy is 0 by necessity, are left out. Flat ``(rows,)``."""
+    p = p.double().flatten(0, -2)  # (rows, m)
+    support = (p > 0).sum(-1)
+    keep = support > 1
+    entropy = -(p * p.clamp_min(1e-300).log()).sum(-1)
+    return entropy[keep] / support[keep].double().log()
 
 
 def _first(obj: Any, n: int) -> Any:

@@ -160,9 +160,13 @@ def test_causal_correction_is_a_constant_of_the_step():
     torch.testing.assert_close(model.wte.weight.grad, expected)
 
 
-def test_the_monitor_reads_a_causal_entrys_corrected_output():
+def test_the_monitor_reads_the_conditioned_table_of_a_causal_entry():
     torch.manual_seed(0)
-    model = attention.apply(TinyDecoder(), "cond_tokens")
-    ids = torch.randint(0, 40, (2, 12))
-    out = ConditioningMonitor(model)(ids)
-    assert out["kappa/tokens/median"] == pytest.approx(kappa(model.wte(ids[:2])).median().item(), rel=1e-6)
+    model = TinyDecoder()
+    with torch.no_grad():
+        model.wte.weight.mul_(torch.logspace(0, -2, 16))  # κ(E) about 100
+    before = ConditioningMonitor(model).weights()["kappa/tokens/table"]
+    attention.apply(model, "cond_tokens")
+    after = ConditioningMonitor(model)(torch.randint(0, 40, (2, 12)))
+    assert before == pytest.approx(kappa(model.wte.weight).item(), rel=1e-6) and before > 10
+    assert after["kappa/tokens/table"] <= 2 + 1e-6 and "kappa/tokens/entry" not in after

@@ -83,3 +83,12 @@ def test_bound_is_reported_per_token_attention_site(images):
         f"bound/{n}" for n in sorted(token_sites)
     ]
     assert out["bound/median"] >= 1
+
+
+def test_entropy_is_normalised_by_the_keys_a_row_may_attend_to():
+    n = 6
+    causal = torch.tril(torch.ones(n, n))
+    uniform = causal / causal.sum(-1, keepdim=True)  # row i: uniform over i + 1 keys
+    torch.testing.assert_close(normalized_entropy(uniform), torch.ones(n - 1, dtype=torch.float64))
+    one_hot = torch.eye(n)[None].expand(2, n, n)
+    assert normalized_entropy(one_hot).numel() == 0  # single-key rows say nothing
