@@ -1,0 +1,153 @@
+"""Token arrays: a split tokenised once into a flat memory-mapped file, and the training windows.
+
+A split is stored as ``<split>.bin`` (raw ``uint16`` ids, ``uint32`` for vocabularies above
+65,535) beside ``<split>.json``, which records what was tokenised and how (the tokenizer's
+fingerprint, the source files' names and sizes, the separator, the token count). A later run
+finds a matching ``.json`` and memory-maps the ``.bin``; anything that differs triggers a
+rebuild. Concurrent runs (the processes of a DDP run, the runs of a multirun) take an
+exclusive ``flock`` on ``<split>.lock`` first: one tokenises, the others wait and then read its
+cache (the lock dies with its process, so a killed run leaves none behind). Both files are
+written under a temporary name and renamed, the ``.json`` last.
+
+Documents are joined in order, each followed by the tokenizer's ``<|endoftext|>`` when
+``separate`` (GPT-2's convention; TinyStories' stories), or joined as they come (WikiText's
+rows are consecutive lines of its articles).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch.utils.data import Dataset
+
+from src.errors import ConfigError
+
+from .tokenizer import EOT, TextTokenizer
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    return np.dtype(np.uint16 if vocab_size <= np.iinfo(np.uint16).max + 1 else np.uint32)
+
+
+def encode_documents(
+    batches: Iterable[list[str]], tokenizer: TextTokenizer, separate: bool
+) -> Iterable[np.ndarray]:
+    """Token ids of each batch of documents, concatenated (``<|endoftext|>`` after each when ``separate``)."""
+    dtype = token_dtype(tokenizer.vocab_size)
+    for texts in batches:
+        ids = tokenizer.encode_batch(texts)
+        if separate:
+            ids = [[*doc, tokenizer.eot] for doc in ids]
+        yield np.fromiter((i for doc in ids for i in doc), dtype=dtype)
+
+
+def cached_tokens(
+    base: Path, batches: Callable[[], Iterable[list[str]]], tokenizer: TextTokenizer, separate: bool, source
+) -> np.ndarray:
+    """``base.bin`` memory-mapped, tokenising ``batches()`` into it first unless ``base.json``
+    says it already holds exactly that (same ``source`` fingerprint, tokenizer and separator)."""
+    if separate and tokenizer.eot is None:
+        raise ConfigError(
+            f"task.tokenizer={tokenizer.name} has no {EOT} to separate this data set's documents: "
+            "use gpt2 or bpe"
+        )
+    dtype = token_dtype(tokenizer.vocab_size)
+    meta = {
+        "tokenizer": tokenizer.name,
+        "tokenizer_fingerprint": tokenizer.fingerprint,
+        "vocab_size": tokenizer.vocab_size,
+        "separate_documents": separate,
+        "source": source,
+        "dtype": dtype.name,
+    }
+    base.parent.mkdir(parents=True, exist_ok=True)
+    with file_lock(base.with_suffix(".lock")):
+        return _cached_tokens(base, batches, tokenizer, separate, meta)
+
+
+def _cached_tokens(base: Path, batches, tokenizer: TextTokenizer, separate: bool, meta: dict) -> np.ndarray:
+    dtype = np.dtype(meta["dtype"])
+    bin_path, meta_path = base.with_suffix(".bin"), base.with_suffix(".json")
+    if meta_path.is_file():
+        saved = json.loads(meta_path.read_text())
+        tokens = saved.pop("tokens", -1)
+        if saved == meta and bin_path.is_file() and bin_path.stat().st_size == tokens * dtype.itemsize:
+            return _open(bin_path, dtype, tokens)
+    suffix = f".{os.getpid()}.partial"
+    partial_bin, partial_meta = Path(f"{bin_path}{suffix}"), Path(f"{meta_path}{suffix}")
+    tokens = 0
+    with open(partial_bin, "wb") as f:
+        for chunk in encode_documents(batches(), tokenizer, separate):
+            chunk.tofile(f)
+            tokens += chunk.size
+    partial_meta.write_text(json.dumps({**meta, "tokens": tokens}, indent=1))
+    partial_bin.replace(bin_path)
+    partial_meta.replace(meta_path)
+    return _open(bin_path, dtype, tokens)
+
+
+@contextlib.contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on ``path`` for the block (blocks until it is free)."""
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _open(path: Path, dtype: np.dtype, tokens: int) -> np.ndarray:
+    """The array memory-mapped (an empty file cannot be mapped: an empty array then)."""
+    return np.memmap(path, dtype=dtype, mode="r", shape=(tokens,)) if tokens else np.zeros(0, dtype)
+
+
+class TokenWindows(Dataset):
+    """Consecutive, non-overlapping windows of ``seq_len + 1`` tokens over a flat token array:
+    item ``i`` is ``tokens[i·L : i·L + L + 1]`` as ``int64`` (inputs ``[:-1]``, targets ``[1:]``).
+
+    A memory-mapped array is reopened, not copied, in DataLoader workers.
+    """
+
+    def __init__(self, tokens: np.ndarray, seq_len: int) -> None:
+        self.seq_len = seq_len
+        self._tokens: np.ndarray | None = tokens
+        self._file = (tokens.filename, tokens.dtype, tokens.shape) if isinstance(tokens, np.memmap) else None
+
+    @property
+    def tokens(self) -> np.ndarray:
+        if self._tokens is None:
+            filename, dtype, shape = self._file
+            self._tokens = np.memmap(filename, dtype=dtype, mode="r", shape=shape)
+        return self._tokens
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        if self._file is not None:
+            state["_tokens"] = None
+        return state
+
+    def __len__(self) -> int:
+        return max(0, (len(self.tokens) - 1) // self.seq_len)
+
+    def __getitem__(self, index: int) -> Tensor:  # (L + 1,)
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        start = index * self.seq_len
+        return torch.from_numpy(self.tokens[start : start + self.seq_len + 1].astype(np.int64))
+
+
+def unigram_entropy(tokens: np.ndarray, vocab_size: int) -> float:
+    """Entropy, in nats, of the tokens' unigram frequencies: the loss of the best model that
+    ignores context (the cross-entropy a model reaches by predicting these frequencies)."""
+    counts = np.bincount(np.asarray(tokens), minlength=vocab_size).astype(np.float64)
+    p = counts[counts > 0] / counts.sum()
+    return float(-(p * np.log(p)).sum())

@@ -1,0 +1,235 @@
+"""The language-modelling tasks: next-token prediction with a causal decoder.
+
+Every task yields windows of ``seq_len + 1`` tokens (inputs ``[:-1]``, targets ``[1:]``),
+trains with the mean token cross-entropy and reports, on the validation split (in order, over
+``trainer.eval_batches`` batches so that runs compare):
+
+* ``val/loss``: mean cross-entropy per token, in nats (the main metric, lower is better);
+* ``val/ppl``: perplexity, ``exp(val/loss)``.
+
+The loop logs ``tokens_per_s`` beside its ``throughput`` (samples/s) from
+``tokens_per_sample``.
+
+Tasks: ``lm_char`` (the embedded default: CPython's documentation as UTF-8 bytes, see
+:mod:`tasks.lm.corpora`), ``lm_tinystories`` and ``lm_wikitext103`` (Hugging Face copies on
+disk, GPT-2's BPE, tokenised once into memory-mapped arrays, see :mod:`tasks.lm.cache`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+import torch.nn.functional as F
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+from torch import Tensor, nn
+
+from src.errors import ConfigError, DataError
+
+from .cache import TokenWindows, cached_tokens, file_lock
+from .corpora import HubDataset, find_split, pydoc_topics_text, read_text_file
+from .tokenizer import (
+    ByteTokenizer,
+    TextTokenizer,
+    gpt2_files_present,
+    load_gpt2,
+    load_trained_bpe,
+    missing_gpt2_message,
+    train_bpe,
+)
+
+TOKENIZERS = ("gpt2", "bpe", "bytes")
+
+
+class LanguageModelling:
+    """Next-token prediction over windows of ``seq_len + 1`` tokens with a causal decoder.
+
+    Args:
+        tokenizer: ``gpt2`` (GPT-2's BPE from ``gpt2_dir``), ``bpe`` (a byte-level BPE of
+            ``bpe_vocab_size`` trained on the training split) or ``bytes``; see
+            :mod:`tasks.lm.tokenizer`.
+        gpt2_dir: where GPT-2's BPE files are, relative to ``paths.data_dir``.
+        cache_dir: where tokenizers trained here and token arrays go; relative paths are
+            under ``paths.data_dir`` (default ``cache/lm``).
+    """
+
+    metric_mode = "min"
+
+    def __init__(
+        self,
+        name: str,
+        input: str,
+        seq_len: int,
+        batch_size: int,
+        eval_batch_size: int,
+        metric: str = "val/loss",
+        tokenizer: str = "gpt2",
+        gpt2_dir: str = "tokenizers/gpt2",
+        bpe_vocab_size: int = 50257,
+        cache_dir: str = "cache/lm",
+    ) -> None:
+        if tokenizer not in TOKENIZERS:
+            raise ConfigError(f"task.tokenizer={tokenizer!r}: choose one of {', '.join(TOKENIZERS)}")
+        self.name, self.input, self.seq_len, self.metric = name, input, seq_len, metric
+        self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
+        self.tokenizer_kind, self.gpt2_dir, self.bpe_vocab_size = tokenizer, gpt2_dir, bpe_vocab_size
+        self.cache_dir = cache_dir
+        self.tokenizer: TextTokenizer | None = None
+
+    @property
+    def tokens_per_sample(self) -> int:
+        """Tokens predicted per sample: the loop turns samples/s into tokens/s with it."""
+        return self.seq_len
+
+    # -- data ------------------------------------------------------------------------------
+
+    def datasets(self, data_dir: Path) -> tuple[TokenWindows, TokenWindows]:
+        train, val = self.token_arrays(Path(data_dir))
+        for split, tokens in (("training", train), ("validation", val)):
+            if len(tokens) <= self.seq_len:
+                raise DataError(
+                    f"task {self.name}: the {split} split has {len(tokens)} tokens, fewer than one window "
+                    f"of task.seq_len={self.seq_len} + 1"
+                )
+        return TokenWindows(train, self.seq_len), TokenWindows(val, self.seq_len)
+
+    def token_arrays(self, data_dir: Path) -> tuple[np.ndarray, np.ndarray]:
+        """The training and validation token arrays; sets ``self.tokenizer``."""
+        raise NotImplementedError
+
+    def load_tokenizer(self, data_dir: Path, train_texts=None, cache: Path | None = None) -> TextTokenizer:
+        """The configured tokenizer; ``bpe`` is trained on ``train_texts()`` once and saved in ``cache``."""
+        if self.tokenizer_kind == "bytes":
+            return ByteTokenizer()
+        if self.tokenizer_kind == "gpt2":
+            return load_gpt2(data_dir / self.gpt2_dir)
+        path = cache / f"bpe-{self.bpe_vocab_size}" / "tokenizer.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with file_lock(path.with_suffix(".lock")):  # concurrent runs train it once
+            if path.is_file():
+                return load_trained_bpe(path)
+            return train_bpe((t for batch in train_texts() for t in batch), self.bpe_vocab_size, path)
+
+    def cache_root(self, data_dir: Path) -> Path:
+        return data_dir / self.cache_dir  # an absolute cache_dir stays as it is
+
+    # -- model, loss, metrics ------------------------------------------------------------
+
+    def build_model(self, backbone: DictConfig) -> nn.Module:
+        if self.tokenizer is None:
+            raise RuntimeError("build_model needs the tokenizer's vocabulary: call datasets() first")
+        return instantiate(backbone.model, vocab_size=self.tokenizer.vocab_size, _convert_="all")
+
+    def train_loss(self, model: nn.Module, batch: Tensor) -> Tensor:  # batch (B, L + 1)
+        logits = model(batch[:, :-1])  # (B, L, V)
+        return F.cross_entropy(logits.flatten(0, 1).float(), batch[:, 1:].flatten())
+
+    def eval_sums(self, model: nn.Module, batch: Tensor) -> dict[str, tuple[Tensor, int]]:
+        logits = model(batch[:, :-1])  # (B, L, V)
+        targets = batch[:, 1:].flatten()
+        return {
+            "val/loss": (
+                F.cross_entropy(logits.flatten(0, 1).float(), targets, reduction="sum"),
+                targets.numel(),
+            )
+        }
+
+    def derived_metrics(self, means: dict[str, float]) -> dict[str, float]:
+        """Perplexity from the mean loss (not a ratio of sums, so the loop asks for it after reducing)."""
+        return {"val/ppl": math.exp(min(means["val/loss"], 700.0))}
+
+    def model_inputs(self, batch: Tensor) -> tuple[Tensor]:
+        return (batch[:, :-1],)
+
+
+class CharCorpus(LanguageModelling):
+    """``lm_char``: a small text as UTF-8 bytes, split into a leading training part and a
+    trailing validation part (``val_fraction``, at a byte boundary).
+
+    The text is CPython's documentation topics (:func:`tasks.lm.corpora.pydoc_topics_text`),
+    or the UTF-8 file ``text_file`` (relative to ``paths.data_dir``) when set.
+    """
+
+    def __init__(self, val_fraction: float = 0.1, text_file: str | None = None, **kwargs) -> None:
+        kwargs.setdefault("tokenizer", "bytes")
+        super().__init__(**kwargs)
+        self.val_fraction, self.text_file = val_fraction, text_file
+
+    def text(self, data_dir: Path) -> str:
+        return read_text_file(data_dir / self.text_file) if self.text_file else pydoc_topics_text()
+
+    def token_arrays(self, data_dir: Path) -> tuple[np.ndarray, np.ndarray]:
+        text = self.text(data_dir)
+        cut = int(len(text) * (1 - self.val_fraction))
+        train_text, val_text = text[:cut], text[cut:]
+        self.tokenizer = self.load_tokenizer(
+            data_dir, lambda: [[train_text]], self.cache_root(data_dir) / self.name
+        )
+        train, val = self.tokenizer.encode_batch([train_text, val_text])
+        dtype = np.int64
+        return np.asarray(train, dtype=dtype), np.asarray(val, dtype=dtype)
+
+
+class HubTextCorpus(LanguageModelling):
+    """A text data set of the Hugging Face hub, read from a copy on disk under
+    ``${paths.data_dir}/<folder>`` (see :mod:`tasks.lm.corpora` for the layouts), tokenised
+    once per tokenizer into ``<cache_dir>/<folder>/<tokenizer>-<fingerprint>/<split>.bin``."""
+
+    dataset: HubDataset
+    separate_documents: bool
+
+    def __init__(
+        self,
+        folder: str,
+        train_split: str = "train",
+        val_split: str = "validation",
+        column: str = "text",
+        **kwargs,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.folder, self.train_split, self.val_split, self.column = folder, train_split, val_split, column
+
+    def token_arrays(self, data_dir: Path) -> tuple[np.ndarray, np.ndarray]:
+        root = data_dir / self.folder
+        try:  # the train split first: where it is missing, the whole copy usually is
+            sources = [find_split(root, split, self.dataset) for split in (self.train_split, self.val_split)]
+        except DataError as missing:
+            if self.tokenizer_kind == "gpt2" and not gpt2_files_present(data_dir / self.gpt2_dir):
+                raise DataError(f"{missing}\n{missing_gpt2_message(data_dir / self.gpt2_dir)}") from None
+            raise
+        cache = self.cache_root(data_dir) / Path(self.folder).name
+        self.tokenizer = tok = self.load_tokenizer(data_dir, lambda: sources[0].batches(self.column), cache)
+        folder = cache / f"{tok.name}-{tok.fingerprint}"
+        arrays = []
+        for split, source in zip((self.train_split, self.val_split), sources, strict=True):
+            fingerprint = {"layout": source.kind, "files": source.fingerprint(), "column": self.column}
+            tokens = cached_tokens(
+                folder / split,
+                lambda s=source: s.batches(self.column),
+                tok,
+                self.separate_documents,
+                fingerprint,
+            )
+            arrays.append(tokens)
+        # Tokenising is done: DataLoader workers forked from here never tokenise (and this
+        # silences `tokenizers`' warning about forking after its thread pool was used).
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        return arrays[0], arrays[1]
+
+
+class TinyStories(HubTextCorpus):
+    """TinyStories (Eldan & Li, 2023): short stories, one per row; ``<|endoftext|>`` after each."""
+
+    dataset = HubDataset("TinyStories", "roneneldan/TinyStories")
+    separate_documents = True
+
+
+class WikiText103(HubTextCorpus):
+    """WikiText-103 (Merity et al., 2016), raw: rows are consecutive lines of Wikipedia
+    articles, joined as they come (the ``= Title =`` lines mark the articles)."""
+
+    dataset = HubDataset("WikiText-103", "Salesforce/wikitext", "wikitext-103-raw-v1")
+    separate_documents = False

@@ -1,0 +1,66 @@
+"""Language modelling: the embedded byte corpus needs no data; TinyStories and WikiText-103 get
+small copies in the real Hugging Face layouts, and GPT-2's BPE files are stood in for by a
+byte-level BPE trained on the same text and saved in GPT-2's file format (``vocab.json``,
+``merges.txt``).
+
+The text is CPython's ``pydoc_data`` topics (English prose and code, shipped with Python).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+TINY_LM = ["task.seq_len=16", "task.batch_size=4", "task.eval_batch_size=4", "trainer.num_workers=0"]
+HUB = [*TINY_LM, "trainer.precision=fp32"]
+
+OVERRIDES = {"lm_char": TINY_LM, "lm_tinystories": HUB, "lm_wikitext103": HUB}
+
+
+def documents() -> tuple[list[str], list[str]]:
+    """``(train, validation)`` documents: 40 and 8 of the pydoc topics, in name order."""
+    from pydoc_data.topics import topics
+
+    docs = [topics[name] for name in sorted(topics)]
+    return docs[:40], docs[40:48]
+
+
+def write_save_to_disk(root: Path, splits: dict[str, list[str]]) -> None:
+    """``DatasetDict.save_to_disk(root)`` of one ``text`` column per split."""
+    import datasets
+
+    datasets.DatasetDict(
+        {k: datasets.Dataset.from_dict({"text": v}) for k, v in splits.items()}
+    ).save_to_disk(str(root))
+
+
+def write_parquet(folder: Path, splits: dict[str, list[str]]) -> None:
+    """``<folder>/<split>-00000-of-00001.parquet`` as the hub repositories name them."""
+    import datasets
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for split, rows in splits.items():
+        datasets.Dataset.from_dict({"text": rows}).to_parquet(str(folder / f"{split}-00000-of-00001.parquet"))
+
+
+def lines(docs: list[str]) -> list[str]:
+    """WikiText's rows: every line of every document, newline kept."""
+    return [line for doc in docs for line in doc.splitlines(keepends=True)]
+
+
+def write_gpt2_format_bpe(folder: Path, texts: list[str], vocab_size: int = 512) -> None:
+    """A byte-level BPE trained on ``texts``, saved as GPT-2's ``vocab.json`` and ``merges.txt``."""
+    from tasks.lm.tokenizer import train_bpe
+
+    folder.mkdir(parents=True, exist_ok=True)
+    trained = train_bpe(texts, vocab_size, folder / "trained.json")
+    trained.tokenizer.model.save(str(folder))
+    (folder / "trained.json").unlink()
+
+
+def prepare(data_dir: Path) -> None:
+    train, val = documents()
+    write_save_to_disk(data_dir / "tinystories", {"train": train, "validation": val})
+    write_parquet(
+        data_dir / "wikitext103" / "wikitext-103-raw-v1", {"train": lines(train), "validation": lines(val)}
+    )
+    write_gpt2_format_bpe(data_dir / "tokenizers" / "gpt2", train)
