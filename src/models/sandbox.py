@@ -1,0 +1,310 @@
+"""The training-dynamics sandbox of P5 (Odonnat, Bouaziz & Cabannes, *Clustering Head*).
+
+Two models of sparse modular addition whose every layer lives in a plane:
+
+* :class:`ClusteringHead` -- P5's reference model: tokens embedded in ``dim = 2`` with
+  learned positions, a gain-free RMSNorm, one attention layer whose query is a single
+  learned vector (keys: the normed tokens; values: ``W_V x``), pooled to one token, a
+  residual GELU feed-forward behind a second gain-free RMSNorm, and an output tied to the
+  token embedding. Its computation is that of P5's public code (``facebookresearch/pal``,
+  ``src/factorization/models/softmax_model.py``).
+* :class:`MultiHeadSandbox` -- the same embeddings and readout around standard pre-norm
+  transformer blocks (timm's ``Block`` with its multi-head ``Attention``), a learned query
+  token prepended to the sequence and read out after the last block (a class token), so
+  that every attention variant of the suite applies.
+
+How the attention variants meet the reference model (the suite's attention interface,
+:mod:`src.attention.sites`): P5's layer is one head, ``H = 1``, ``d = D``, whose logits are
+``q · x̂_j / √D``. In METHODS.md's terms its ``W_K`` is the identity (the keys are the normed
+tokens) and it has no output projection; both are described by fixed, untrained identity
+``nn.Linear`` layers (``key``, ``proj``), so the computation is P5's exactly, and
+``W_Q`` is the learned query itself, a ``1 × D`` ``nn.Linear`` weight. Hence:
+
+* ``standard``: P5's model.
+* ``precond`` (P1): the pooled head output (one row per sequence) is scaled to unit norm
+  before ``proj``; it applies as on any head.
+* ``cond_tokens`` (P3): the embedded tokens ``(B, L, D)`` entering ``norm1`` get
+  ``σ_max U Vᵀ``; it applies as on any model.
+* ``spectral``, ``cond_init``, ``mimetic`` act on trained ``W_Q``, ``W_K`` (and ``W_O``)
+  matrices, which P5's layer does not have: the backbone config refuses them (its
+  ``attn_variants``), pointing to ``backbone=sandbox_multihead``.
+
+The normalization is P5's ``x / (rms(x) + eps)``, whose Jacobian has the closed-form
+largest eigenvalue ``1 / (rms(x) + eps)`` (see :func:`rmsnorm_jacobian_max`): the cheap,
+exact measure of its curvature that spike detection logs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import partial
+
+import torch
+import torch.nn.functional as F
+from timm.layers import Mlp
+from timm.models.vision_transformer import Block
+from torch import Tensor, nn
+
+from src.attention import AttentionSite, Projection, TokenEntry
+from src.errors import ConfigError
+
+
+class RMSNorm(nn.Module):
+    """Gain-free RMSNorm as P5 writes it: ``x / (sqrt(mean(x²)) + eps)`` over the last axis.
+
+    ``eps`` sits outside the square root (P5's choice), so near the origin the map's slope
+    reaches ``1/eps``: the curvature behind P5's loss spikes.
+    """
+
+    def __init__(self, dim: int | None = None, eps: float = 1e-5, **factory: object) -> None:
+        super().__init__()  # no parameters: ``dim`` and timm's device/dtype keywords are not needed
+        self.eps = eps
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x / (x.pow(2).mean(-1, keepdim=True).sqrt() + self.eps)
+
+    def jacobian_max(self, x: Tensor) -> Tensor:
+        """The largest eigenvalue of the Jacobian at each row of ``x``; see :func:`rmsnorm_jacobian_max`."""
+        return rmsnorm_jacobian_max(x, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"eps={self.eps}"
+
+
+def rmsnorm_jacobian_max(x: Tensor, eps: float = 1e-5) -> Tensor:
+    """``1 / (rms(x) + eps)`` for each row of ``x (…, D)``: the top eigenvalue of the RMSNorm Jacobian.
+
+    With ``ρ = rms(x)``, ``J = (I − x xᵀ / (D ρ (ρ + eps))) / (ρ + eps)``: symmetric, with
+    eigenvalue ``1/(ρ + eps)`` on every direction orthogonal to ``x`` and
+    ``eps / (ρ + eps)²`` along ``x``. For ``D ≥ 2`` the largest is ``1/(ρ + eps)``.
+    """
+    return 1.0 / (x.pow(2).mean(-1).sqrt() + eps)
+
+
+def fixed_identity(dim: int) -> nn.Linear:
+    """An untrained ``dim × dim`` identity ``nn.Linear`` (no bias)."""
+    linear = nn.Linear(dim, dim, bias=False)
+    with torch.no_grad():
+        linear.weight.copy_(torch.eye(dim))
+    linear.weight.requires_grad_(False)
+    return linear
+
+
+class LearnedQueryAttention(nn.Module):
+    """P5's attention: one learned query vector attends over the normed tokens, ``(B, L, D) -> (B, D)``.
+
+    ``P = softmax(q x̂ᵀ / √D)``, output ``P x̂ W_V``. ``query`` holds ``q`` as the weight of a
+    ``D → 1`` Linear (P5's parametrization); ``key`` and ``proj`` are fixed identities (see
+    the module docstring). ``fused_attn`` switches between torch's SDPA and the explicit
+    path, whose probabilities pass through ``attn_drop`` (p = 0) for the monitor.
+    """
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.dim, self.scale = dim, dim**-0.5
+        self.query = nn.Linear(dim, 1, bias=False)
+        self.key = fixed_identity(dim)
+        self.value = nn.Linear(dim, dim, bias=False)
+        self.proj = fixed_identity(dim)
+        self.attn_drop = nn.Dropout(0.0)
+        self.fused_attn = True
+
+    def forward(self, x: Tensor) -> Tensor:  # (B, L, D)
+        batch = x.shape[0]
+        q = self.query.weight.expand(batch, 1, 1, self.dim)  # (B, 1, 1, D): one head, one query
+        k = self.key(x).unsqueeze(1)  # (B, 1, L, D)
+        v = self.value(x).unsqueeze(1)  # (B, 1, L, D)
+        if self.fused_attn:
+            out = F.scaled_dot_product_attention(q, k, v)  # (B, 1, 1, D)
+        else:
+            attn = (q * self.scale) @ k.transpose(-2, -1)  # (B, 1, 1, L)
+            attn = self.attn_drop(attn.softmax(dim=-1))
+            out = attn @ v  # (B, 1, 1, D)
+        return self.proj(out[:, 0, 0])  # (B, D), head-major with H = 1
+
+    def attention_site(self, name: str) -> AttentionSite:
+        dim = self.dim
+        return AttentionSite(
+            name,
+            self,
+            num_heads=1,
+            head_dim=dim,
+            q=Projection(self.query, 0, 1),
+            k=Projection(self.key, 0, dim),
+            v=Projection(self.value, 0, dim),
+            out=self.proj,
+            head_output=self.proj,
+            probs=self.attn_drop,
+        )
+
+
+@dataclass
+class Trace:
+    """What the sandbox draws of one batch: every layer's 2-D cloud and the query's attention.
+
+    Attributes:
+        clouds: in layer order, ``name -> (B, N, D)`` token clouds or ``(B, D)`` sequence
+            clouds (the pooled token, or the query token of the multi-head model).
+        attention: ``name -> (B, H, N)``, the query's attention over the positions.
+        readout: ``(V, D)``, the tied output embedding (logits are ``h @ readoutᵀ``).
+        query: ``(D,)``, the learned query of the reference model, else ``None``.
+    """
+
+    clouds: dict[str, Tensor] = field(default_factory=dict)
+    attention: dict[str, Tensor] = field(default_factory=dict)
+    readout: Tensor | None = None
+    query: Tensor | None = None
+
+
+@contextlib.contextmanager
+def capture_probs(modules: dict[str, nn.Module]) -> Iterator[dict[str, Tensor]]:
+    """Run attention modules on their explicit path and collect what enters their ``attn_drop``."""
+    seen: dict[str, Tensor] = {}
+    handles, fused = [], {}
+    for name, module in modules.items():
+        fused[name] = module.fused_attn
+        module.fused_attn = False
+        handles.append(
+            module.attn_drop.register_forward_pre_hook(lambda m, a, n=name: seen.setdefault(n, a[0].detach()))
+        )
+    try:
+        yield seen
+    finally:
+        for name, module in modules.items():
+            module.fused_attn = fused[name]
+        for h in handles:
+            h.remove()
+
+
+class _Embedded(nn.Module):
+    """Token and learned position embeddings, shared by both sandbox models."""
+
+    def __init__(self, num_embeddings: int, seq_len: int, dim: int) -> None:
+        super().__init__()
+        self.token_emb = nn.Embedding(num_embeddings, dim)  # N(0, 1), as P5
+        self.pos_emb = nn.Parameter(torch.randn(seq_len, dim))  # N(0, 1), as P5's nn.Embedding
+
+    def embed(self, x: Tensor) -> Tensor:  # (B, L) -> (B, L, D)
+        return self.token_emb(x) + self.pos_emb[: x.shape[1]]
+
+    def readout(self, h: Tensor) -> Tensor:  # (B, D) -> (B, V): the output tied to the token embedding
+        return h @ self.token_emb.weight.T
+
+
+class ClusteringHead(_Embedded):
+    """P5's reference model; see the module docstring. ``(B, L)`` token ids -> ``(B, V)`` logits.
+
+    Args:
+        vocab_size: ``p``, the token values.
+        seq_len: ``L``.
+        dim: the embedding dimension (2 in P5: everything can be drawn).
+        ffn_dim: the feed-forward width (32 in P5).
+        ffn_bias: biases in the feed-forward (P5: yes).
+        eps: RMSNorm's ``eps`` (P5: 1e-5, outside the square root).
+        num_embeddings: rows of the tied embedding, at least ``p``; P5's figures use ``p + 1``
+            (one unused row), its default is ``p``. ``None``: ``p``.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        seq_len: int,
+        dim: int = 2,
+        ffn_dim: int = 32,
+        ffn_bias: bool = True,
+        eps: float = 1e-5,
+        num_embeddings: int | None = None,
+    ) -> None:
+        super().__init__(num_embeddings or vocab_size, seq_len, dim)
+        self.norm1 = RMSNorm(dim, eps)
+        self.attn = LearnedQueryAttention(dim)
+        self.norm2 = RMSNorm(dim, eps)
+        self.mlp = Mlp(dim, ffn_dim, act_layer=nn.GELU, bias=ffn_bias)
+
+    def forward(self, x: Tensor) -> Tensor:  # (B, L) -> (B, V)
+        h = self.attn(self.norm1(self.embed(x)))  # (B, D): the sequence embedding
+        h = h + self.mlp(self.norm2(h))  # (B, D)
+        return self.readout(h)
+
+    def token_entry(self) -> TokenEntry:
+        return TokenEntry(self.norm1, "BND")
+
+    @torch.no_grad()
+    def trace(self, x: Tensor) -> Trace:
+        """Every layer of the forward pass on ``x (B, L)``, for the sandbox's pictures."""
+        trace = Trace(readout=self.token_emb.weight.detach().clone(), query=self.attn.query.weight[0].clone())
+        with capture_probs({"attn": self.attn}) as probs:
+            tokens = self.embed(x)  # (B, L, D)
+            normed = self.norm1(tokens)
+            pooled = self.attn(normed)  # (B, D)
+            out = pooled + self.mlp(self.norm2(pooled))
+        trace.clouds = {"embedded": tokens, "normed": normed, "attention output": pooled, "output": out}
+        trace.attention = {"attn": probs["attn"][:, :, 0]}  # (B, 1, L)
+        return trace
+
+
+class MultiHeadSandbox(_Embedded):
+    """The sandbox around standard pre-norm transformer blocks (timm's ``Block``).
+
+    A learned query token (initialised like the embeddings) is prepended to the ``L``
+    embedded tokens; ``depth`` blocks of multi-head self-attention and a GELU feed-forward
+    (width ``ffn_dim``), both residual behind gain-free RMSNorms, follow; the query token's
+    final state is read out through the tied embedding. ``dim`` must be a multiple of
+    ``num_heads`` (with ``dim = 2``: ``num_heads`` 1 or 2).
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        seq_len: int,
+        dim: int = 2,
+        num_heads: int = 2,
+        depth: int = 1,
+        ffn_dim: int = 32,
+        qkv_bias: bool = False,
+        eps: float = 1e-5,
+        num_embeddings: int | None = None,
+    ) -> None:
+        if dim % num_heads:
+            raise ConfigError(f"sandbox_multihead: dim={dim} is not a multiple of num_heads={num_heads}")
+        super().__init__(num_embeddings or vocab_size, seq_len, dim)
+        self.query_token = nn.Parameter(torch.randn(1, 1, dim))
+        self.blocks = nn.Sequential(
+            *(
+                Block(
+                    dim,
+                    num_heads,
+                    mlp_ratio=ffn_dim / dim,
+                    qkv_bias=qkv_bias,
+                    norm_layer=partial(RMSNorm, eps=eps),
+                )
+                for _ in range(depth)
+            )
+        )
+
+    def _tokens(self, x: Tensor) -> Tensor:  # (B, L) -> (B, 1 + L, D)
+        tokens = self.embed(x)
+        return torch.cat([self.query_token.expand(x.shape[0], -1, -1), tokens], dim=1)
+
+    def forward(self, x: Tensor) -> Tensor:  # (B, L) -> (B, V)
+        return self.readout(self.blocks(self._tokens(x))[:, 0])
+
+    def token_entry(self) -> TokenEntry:
+        return TokenEntry(self.blocks[0], "BND")
+
+    @torch.no_grad()
+    def trace(self, x: Tensor) -> Trace:
+        """Every block's token cloud (query token first) and the query token's attention."""
+        trace = Trace(readout=self.token_emb.weight.detach().clone())
+        attns = {f"block{i}": block.attn for i, block in enumerate(self.blocks)}
+        with capture_probs(attns) as probs:
+            h = self._tokens(x)  # (B, 1 + L, D)
+            trace.clouds["embedded"] = h
+            for i, block in enumerate(self.blocks):
+                h = block(h)
+                trace.clouds[f"block{i}"] = h
+        trace.clouds["output"] = h[:, 0]
+        trace.attention = {name: p[:, :, 0] for name, p in probs.items()}  # (B, H, 1 + L)
+        return trace

@@ -1,0 +1,270 @@
+"""Drawing a frame: every layer's 2-D cloud, the query's attention, and the curves so far.
+
+A frame is one PNG per snapshot. Panels, left to right and top to bottom:
+
+* each **token cloud** ``(B, N, D)`` (embedded tokens, normed tokens, a block's output),
+  coloured by token value, filled markers for the first ``k`` positions (those that
+  matter), crosses for the others, a star for the query token of the multi-head model,
+  and P5's learned query drawn as an arrow on the normed tokens;
+* the **attention** of the query over the positions (mean over the probe batch, per
+  head), the first ``k`` positions shaded;
+* each **sequence cloud** ``(B, D)`` (the pooled token, the query token) twice: coloured
+  by the partial sum ``x_1 + … + x_k`` and by the target; the last one over the decision
+  regions of the tied readout;
+* the **curves** up to the frame's step, from ``metrics.jsonl``: training and test loss
+  (spikes marked), test accuracy, gradient norm of each module, the largest eigenvalue of
+  each RMSNorm's Jacobian, and κ and attention entropy from the conditioning monitor.
+
+Clouds wider than two dimensions are drawn in the plane of their two principal directions.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from matplotlib import ticker  # noqa: E402
+from matplotlib.axes import Axes  # noqa: E402
+
+from .snapshot import Snapshot  # noqa: E402
+
+COLUMNS = 6
+PANEL_IN = 2.6
+TOKEN_POINTS = 1500  # token-cloud points drawn at most (a fixed subsample of the probe)
+KAPPA_KEYS = ("kappa/tokens/median", "kappa/X/median", "kappa/W_V/median", "kappa/W_Q/median")
+
+
+def planar(points: np.ndarray) -> np.ndarray:
+    """``(n, D)`` points as ``(n, 2)``: themselves for ``D = 2``, else their top-2 principal coordinates."""
+    if points.shape[-1] == 2:
+        return points
+    if points.shape[-1] == 1:
+        return np.concatenate([points, np.zeros_like(points)], axis=-1)
+    centred = points - points.mean(0)
+    _, _, vt = np.linalg.svd(centred, full_matrices=False)
+    return centred @ vt[:2].T
+
+
+def draw_token_cloud(ax: Axes, snap: Snapshot, name: str, query_token: bool) -> None:
+    """A ``(B, N, D)`` cloud, coloured by token value; ``query_token``: position 0 is a query token."""
+    cloud = snap.clouds[name]
+    offset = 1 if query_token else 0
+    tokens = snap.tokens  # (B, L)
+    batch, length = tokens.shape
+    positions = np.broadcast_to(np.arange(length), (batch, length))
+    flat = planar(cloud.reshape(-1, cloud.shape[-1])).reshape(batch, -1, 2)  # (B, N, 2)
+    points = flat[:, offset:].reshape(-1, 2)
+    values, positions = tokens.reshape(-1), positions.reshape(-1)
+    keep = np.linspace(0, len(points) - 1, min(TOKEN_POINTS, len(points))).astype(int)
+    cmap = plt.get_cmap("tab10")
+    for relevant, marker in ((False, "x"), (True, "o")):
+        sel = keep[(positions[keep] < snap.k) == relevant]
+        ax.scatter(
+            points[sel, 0],
+            points[sel, 1],
+            c=cmap(values[sel] % 10),
+            marker=marker,
+            s=14 if relevant else 10,
+            alpha=0.5,
+            linewidths=0.8,
+        )
+    if query_token:
+        ax.scatter(flat[:, 0, 0], flat[:, 0, 1], marker="*", s=60, c="k", alpha=0.6)
+    if name == "normed" and snap.query is not None and snap.query.shape[0] == 2:
+        lim = np.abs(points).max() or 1.0
+        q = snap.query / (np.linalg.norm(snap.query) or 1.0) * lim
+        ax.annotate("", xy=q, xytext=(0, 0), arrowprops={"arrowstyle": "->", "color": "k", "lw": 1.5})
+        ax.text(*q, " q", fontsize=7)
+    ax.set_title(f"{name} tokens (o: first k, x: others)", fontsize=8)
+    ax.set_aspect("equal", adjustable="datalim")
+
+
+def draw_sequence_cloud(ax: Axes, snap: Snapshot, name: str, by: str, regions: bool) -> None:
+    """A ``(B, D)`` cloud coloured ``by`` partial sum or target, over the readout's decision regions."""
+    points = planar(snap.clouds[name])
+    if regions and snap.readout is not None and snap.clouds[name].shape[-1] == 2:
+        pad = 0.15 * (np.ptp(points, axis=0).max() or 1.0)
+        (x0, y0), (x1, y1) = points.min(0) - pad, points.max(0) + pad
+        gx, gy = np.meshgrid(np.linspace(x0, x1, 120), np.linspace(y0, y1, 120))
+        grid = np.stack([gx.ravel(), gy.ravel()], axis=1)
+        labels = (grid @ snap.readout.T).argmax(1).reshape(gx.shape)
+        ax.contourf(
+            gx, gy, labels, levels=np.arange(snap.readout.shape[0] + 1) - 0.5, cmap="tab10", alpha=0.15
+        )
+        ax.set_xlim(x0, x1)
+        ax.set_ylim(y0, y1)
+    if by == "partial sum":  # each cluster labelled with its partial sum, at its centre
+        top = max(int(snap.partial_sums.max()), 1)
+        ax.scatter(
+            points[:, 0], points[:, 1], c=snap.partial_sums, cmap="viridis", vmin=0, vmax=top, s=10, alpha=0.7
+        )
+        for value in np.unique(snap.partial_sums):
+            centre = points[snap.partial_sums == value].mean(0)
+            ax.text(*centre, str(int(value)), fontsize=7, ha="center", va="center", weight="bold")
+    else:
+        ax.scatter(points[:, 0], points[:, 1], c=plt.get_cmap("tab10")(snap.targets % 10), s=10, alpha=0.7)
+    ax.set_title(f"{name} by {by}", fontsize=8)
+
+
+def draw_attention(ax: Axes, snap: Snapshot, name: str) -> None:
+    """Mean attention of the query over the positions, one bar group per head."""
+    attn = snap.attention[name]  # (B, H, N)
+    mean = attn.mean(0)  # (H, N)
+    heads, n = mean.shape
+    offset = n - snap.tokens.shape[1]  # 1 when the query token is position 0
+    labels = (["q"] if offset else []) + [str(i + 1) for i in range(snap.tokens.shape[1])]
+    width = 0.8 / heads
+    for h in range(heads):
+        ax.bar(np.arange(n) + (h - (heads - 1) / 2) * width, mean[h], width=width, label=f"head {h}")
+    ax.axvspan(offset - 0.5, offset + snap.k - 0.5, color="tab:green", alpha=0.12)
+    ax.set_xticks(np.arange(n), labels, fontsize=6)
+    ax.set_ylim(0, 1)
+    ax.set_title(f"{name}: attention of the query", fontsize=8)
+    if heads > 1:
+        ax.legend(fontsize=6, loc="upper right")
+
+
+def series(
+    rows: Iterable[dict[str, Any]], key: str, up_to: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(steps, values)`` of ``key`` over the record's rows (finite values, steps ``≤ up_to``)."""
+    pairs = [
+        (r["step"], r[key])
+        for r in rows
+        if key in r and isinstance(r[key], (int, float)) and (up_to is None or r["step"] <= up_to)
+    ]
+    pairs = [(s, v) for s, v in pairs if math.isfinite(v)]
+    if not pairs:
+        return np.zeros(0), np.zeros(0)
+    steps, values = zip(*pairs, strict=True)
+    return np.asarray(steps), np.asarray(values, dtype=float)
+
+
+def keys_with(rows: list[dict[str, Any]], prefix: str) -> list[str]:
+    """Every key of the record that starts with ``prefix``, in first-seen order."""
+    seen: dict[str, None] = {}
+    for r in rows:
+        for key in r:
+            if key.startswith(prefix):
+                seen.setdefault(key)
+    return list(seen)
+
+
+def draw_curves(
+    ax: Axes,
+    rows: list[dict[str, Any]],
+    keys: list[str],
+    step: int,
+    title: str,
+    log: bool = True,
+    total: int | None = None,
+    label: str | None = None,
+    style: str = "-",
+) -> None:
+    """The named curves up to ``step`` (a vertical line marks it), on a shared x range ``[0, total]``."""
+    prefixes, drawn = {key.split("/", 1)[0] for key in keys}, False
+    for key in keys:
+        xs, ys = series(rows, key, up_to=step)
+        if len(xs):
+            short = key.split("/", 1)[1] if len(prefixes) == 1 and "/" in key else key
+            ax.plot(xs, ys, style, lw=0.9, label=f"{label} {short}" if label else short)
+            drawn = True
+    if log and drawn:
+        ax.set_yscale("log")
+        ax.yaxis.set_minor_formatter(ticker.NullFormatter())  # minor labels: slow and crowded
+        ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:.0e}"))  # no mathtext: fast
+    ax.axvline(step, color="k", lw=0.6, alpha=0.5)
+    if total:
+        ax.set_xlim(0, total)
+    ax.set_title(title, fontsize=8)
+    ax.tick_params(labelsize=6)
+    if drawn:
+        ax.legend(fontsize=5, loc="upper right")
+
+
+def mark_spikes(ax: Axes, rows: list[dict[str, Any]], step: int) -> None:
+    xs, ys = series(rows, "spike/loss", up_to=step)
+    if len(xs):
+        ax.scatter(xs, ys, marker="v", color="tab:red", s=16, zorder=3, label="spike")
+        ax.legend(fontsize=5, loc="upper right")
+
+
+def cloud_panels(snap: Snapshot) -> list[tuple[str, str, dict[str, Any]]]:
+    """``(kind, name, options)`` for every layer panel of ``snap``, in layer order."""
+    query_token = any(a.shape[-1] == snap.tokens.shape[1] + 1 for a in snap.attention.values())
+    panels: list[tuple[str, str, dict[str, Any]]] = []
+    names = list(snap.clouds)
+    for name in names:
+        if snap.clouds[name].ndim == 3:
+            panels.append(("tokens", name, {"query_token": query_token}))
+            if name in snap.attention:
+                panels.append(("attention", name, {}))
+            elif name == "normed" and "attn" in snap.attention:
+                panels.append(("attention", "attn", {}))
+        else:
+            last = name == names[-1]
+            panels.append(("sequence", name, {"by": "partial sum", "regions": last}))
+            panels.append(("sequence", name, {"by": "target", "regions": last}))
+    return panels
+
+
+def draw_layer(ax: Axes, snap: Snapshot, kind: str, name: str, options: dict[str, Any]) -> None:
+    if kind == "tokens":
+        draw_token_cloud(ax, snap, name, **options)
+    elif kind == "attention":
+        draw_attention(ax, snap, name)
+    else:
+        draw_sequence_cloud(ax, snap, name, **options)
+    if kind != "attention":
+        ax.tick_params(labelsize=6)
+
+
+def curve_panels(rows: list[dict[str, Any]]) -> list[tuple[str, list[str], bool]]:
+    """``(title, keys, log scale)`` of the curve panels the record can fill."""
+    kappas = [k for k in KAPPA_KEYS if any(k in r for r in rows)]
+    return [
+        ("loss (train, test)", ["train/loss", "val/loss"], True),
+        ("test accuracy", ["val/acc"], False),
+        ("gradient norm of each module", keys_with(rows, "grad_norm/"), True),
+        ("RMSNorm Jacobian, largest eigenvalue", keys_with(rows, "norm_jacobian/"), True),
+        ("κ (conditioning monitor)", kappas, True),
+    ]
+
+
+def render_frame(
+    snap: Snapshot, rows: list[dict[str, Any]], path: Path, title: str, total: int | None, dpi: int = 64
+) -> None:
+    """Draw the frame of ``snap`` with the record ``rows`` up to its step, to the PNG ``path``."""
+    layers = cloud_panels(snap)
+    curves = curve_panels(rows)
+    n = len(layers) + len(curves)
+    nrows = math.ceil(n / COLUMNS)
+    fig, axes = plt.subplots(nrows, COLUMNS, figsize=(COLUMNS * PANEL_IN, nrows * PANEL_IN + 0.4))
+    flat = list(np.ravel(axes))
+    try:
+        for ax, (kind, name, options) in zip(flat, layers, strict=False):
+            draw_layer(ax, snap, kind, name, options)
+        for ax, (ctitle, keys, log) in zip(flat[len(layers) :], curves, strict=False):
+            draw_curves(ax, rows, keys, snap.step, ctitle, log=log, total=total)
+            if ctitle.startswith("loss"):
+                mark_spikes(ax, rows, snap.step)
+            if ctitle == "test accuracy":
+                ax.set_ylim(0, 1.02)
+        for ax in flat[n:]:
+            ax.axis("off")
+        fig.suptitle(f"{title}   step {snap.step}", fontsize=10)
+        fig.subplots_adjust(left=0.04, right=0.99, bottom=0.06, top=0.9, wspace=0.3, hspace=0.35)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name("." + path.name)
+        fig.savefig(tmp, dpi=dpi)
+        tmp.replace(path)
+    finally:
+        plt.close(fig)
