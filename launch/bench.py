@@ -1,0 +1,384 @@
+"""What each attention variant costs per step, and how much sooner it converges.
+
+``python -m launch.bench`` (``make bench``) measures in one process, interleaving the
+variants so that machine noise hits them alike, and prints a table and writes JSON:
+
+1. forward+backward time of one attention block and of a whole model (ViT-S/16 at 224 on
+   a CPU; ``--model vit_base_patch16_224 --device cuda --dtype bf16`` on a GPU), per variant,
+   as the median over repeats of the paired ratio to ``standard`` (same repeat), with the
+   interquartile range;
+2. peak memory of a training step per variant: on CPU from the allocator's events
+   (``torch.profiler`` with ``profile_memory``, above the memory held before the step), on
+   GPU ``torch.cuda.max_memory_allocated``;
+3. the runner's overhead: the suite's loop (``src.engine``) against a bare PyTorch loop on
+   the same model, data, optimizer and schedule, as a ratio of time per step;
+4. time to quality (``--quality``): for embedded tasks, the steps each variant needs to reach
+   ``standard``'s final validation loss (median over seeds), as a ratio to ``standard``'s steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from src import attention
+
+#: The forms benchmarked: every variant, and both forms of the two that have two.
+FORMS: dict[str, tuple[str, dict[str, Any]]] = {
+    "standard": ("standard", {}),
+    "precond": ("precond", {}),
+    "spectral": ("spectral", {"mode": "identity"}),
+    "spectral_svd": ("spectral", {"mode": "svd"}),
+    "cond_init": ("cond_init", {}),
+    "cond_tokens_polar": ("cond_tokens", {"method": "polar"}),
+    "cond_tokens_svd": ("cond_tokens", {"method": "svd"}),
+    "mimetic": ("mimetic", {}),
+}
+TARGETS = {"spectral": 1.01, "cond_init": 1.01, "mimetic": 1.01, "precond": 1.05, "cond_tokens_polar": 1.10}
+
+
+class OneBlock(nn.Module):
+    """One timm ViT block on token input ``(B, N, D)``, with the block as its token entry."""
+
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        from timm.models.vision_transformer import Block
+
+        self.block = Block(dim, heads, qkv_bias=True)
+
+    def token_entry(self) -> attention.TokenEntry:
+        return attention.TokenEntry(self.block)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.block(x)
+
+
+def build(kind: str, form: str, args: argparse.Namespace) -> tuple[nn.Module, torch.Tensor]:
+    """The model (or block) with ``form`` applied, and an input batch, on the device."""
+    import timm
+
+    torch.manual_seed(0)
+    if kind == "model":
+        model = timm.create_model(args.model, num_classes=1000, img_size=args.img)
+        x = torch.randn(args.batch, 3, args.img, args.img)
+    else:
+        width = timm.create_model(args.model, num_classes=0).embed_dim
+        model = OneBlock(width, max(1, width // 64))
+        x = torch.randn(args.batch, (args.img // 16) ** 2 + 1, width)
+    variant, options = FORMS[form]
+    attention.apply(model, variant, **options)
+    return model.to(args.device).train(), x.to(args.device)
+
+
+def step_fn(model: nn.Module, x: torch.Tensor, args: argparse.Namespace) -> Callable[[], None]:
+    """One forward+backward, synchronised on GPU."""
+    autocast = torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=args.dtype == "bf16")
+
+    def step() -> None:
+        for p in model.parameters():
+            p.grad = None
+        with autocast:
+            out = model(x)
+        out.float().square().mean().backward()
+        if x.device.type == "cuda":
+            torch.cuda.synchronize()
+
+    return step
+
+
+def time_forms(kind: str, args: argparse.Namespace) -> dict[str, dict[str, float]]:
+    """Median paired ratio to ``standard`` (and its IQR) over ``repeats`` interleaved rounds."""
+    steps = {f: step_fn(*build(kind, f, args), args) for f in args.forms}
+    times: dict[str, list[float]] = {f: [] for f in args.forms}
+    for r in range(args.warmup + args.repeats):
+        order = args.forms[r % len(args.forms) :] + args.forms[: r % len(args.forms)]  # rotate the order
+        for f in order:
+            start = time.perf_counter()
+            steps[f]()
+            if r >= args.warmup:
+                times[f].append(time.perf_counter() - start)
+    out = {}
+    for f in args.forms:
+        ratios = sorted(t / s for t, s in zip(times[f], times["standard"], strict=True))
+        q = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
+        out[f] = {
+            "ms": 1000 * statistics.median(times[f]),
+            "ratio": statistics.median(ratios),
+            "ratio_q1": q[0],
+            "ratio_q3": q[2],
+        }
+    return out
+
+
+def peak_memory(args: argparse.Namespace) -> dict[str, dict[str, float]]:
+    """Peak memory of one training step per form, above what was held before it (MB)."""
+    out = {}
+    for f in args.forms:
+        model, x = build("model", f, args)
+        step = step_fn(model, x, args)
+        step()  # warm up, allocate gradients once
+        for p in model.parameters():
+            p.grad = None
+        if x.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+            before = torch.cuda.memory_allocated()
+            step()
+            peak = torch.cuda.max_memory_allocated() - before
+        else:
+            from torch.profiler import ProfilerActivity, profile
+
+            with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+                step()
+            live = peak = 0
+            for event in sorted(prof.events(), key=lambda e: e.time_range.start):
+                live += event.self_cpu_memory_usage
+                peak = max(peak, live)
+        out[f] = {"peak_mb": peak / 2**20}
+        del model, x, step
+    base = out["standard"]["peak_mb"]
+    for f in out:
+        out[f]["ratio"] = out[f]["peak_mb"] / base
+    return out
+
+
+def runner_overhead(args: argparse.Namespace, rounds: int = 3) -> dict[str, float]:
+    """The suite's loop against a bare loop: same task, model, optimizer, schedule and batches."""
+    from src.engine.record import read_metrics
+
+    suite, bare = [], []
+    for _ in range(rounds):
+        with tempfile.TemporaryDirectory() as tmp:
+            suite.append(suite_seconds_per_step(args, Path(tmp), read_metrics))
+        bare.append(bare_seconds_per_step(args))
+    return {
+        "suite_ms": 1000 * statistics.median(suite),
+        "bare_ms": 1000 * statistics.median(bare),
+        "ratio": statistics.median(suite) / statistics.median(bare),
+    }
+
+
+def overhead_config(args: argparse.Namespace, output: Path):
+    from hydra import compose, initialize_config_dir
+
+    conf = Path(__file__).resolve().parents[1] / "conf"
+    with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+        return compose(
+            "config",
+            overrides=[
+                "attn=standard",
+                f"trainer.max_steps={args.overhead_steps}",
+                "trainer.val_every=0",
+                "trainer.monitor_every=0",
+                f"trainer.checkpoint_every={10**9}",
+                "trainer.progress=none",
+                f"trainer.log_every={args.overhead_steps // 10}",
+                "trainer.device=cpu",
+                f"paths.output_dir={output}",
+            ],
+        )
+
+
+def suite_seconds_per_step(args: argparse.Namespace, tmp: Path, read_metrics) -> float:
+    """Seconds per step of the suite's loop, from its own windows (final validation excluded)."""
+    from src.engine import train
+
+    cfg = overhead_config(args, tmp)
+    train(cfg, tmp / "run")
+    rows = [r for r in read_metrics(tmp / "run") if r["split"] == "train"]
+    seconds = sum(cfg.trainer.log_every * cfg.task.batch_size / r["throughput"] for r in rows)
+    return seconds / args.overhead_steps
+
+
+def bare_seconds_per_step(args: argparse.Namespace) -> float:
+    """The same training, written as the plainest PyTorch loop."""
+    from hydra.utils import instantiate
+    from torch.utils.data import DataLoader
+
+    from src.engine.optim import build_optimizer, build_scheduler
+    from src.engine.seeding import seed_everything
+
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = overhead_config(args, Path(tmp))
+    task = instantiate(cfg.task)
+    seed_everything(cfg.seed)
+    train_set, _ = task.datasets(Path(cfg.paths.data_dir))
+    model = task.build_model(cfg.backbone)
+    attention.apply(model, instantiate(cfg.attn))
+    optimizer = build_optimizer(cfg.optim, model)
+    scheduler = build_scheduler(cfg.sched, optimizer, args.overhead_steps, len(train_set) // task.batch_size)
+    loader = DataLoader(train_set, batch_size=task.batch_size, shuffle=True, drop_last=True)
+    batches, step = iter(loader), 0
+    start = time.perf_counter()
+    while step < args.overhead_steps:
+        try:
+            batch = next(batches)
+        except StopIteration:
+            batches = iter(loader)
+            continue
+        loss = task.train_loss(model, batch)
+        loss.backward()
+        if cfg.trainer.clip_grad:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.trainer.clip_grad)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        step += 1
+        scheduler.step_update(step)
+    return (time.perf_counter() - start) / args.overhead_steps
+
+
+def time_to_quality(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Steps to ``standard``'s final validation loss, per task and variant (median over seeds)."""
+    from hydra import compose, initialize_config_dir
+
+    from launch.records import read_run
+    from launch.report import convergence
+    from src.engine import train
+
+    conf = Path(__file__).resolve().parents[1] / "conf"
+    rows = []
+    for task in args.quality:
+        runs = []
+        for variant in ("standard", "precond", "spectral", "cond_init", "cond_tokens", "mimetic"):
+            for seed in range(args.seeds):
+                folder = args.quality_dir / task / variant / f"seed={seed}"
+                extra = [f"trainer.max_steps={args.quality_steps}"] if args.quality_steps else []
+                with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+                    cfg = compose(
+                        "config",
+                        overrides=[
+                            f"task={task}",
+                            f"attn={variant}",
+                            f"seed={seed}",
+                            "trainer.progress=none",
+                            "trainer.monitor_every=0",
+                            *extra,
+                        ],
+                    )
+                if not (folder / "summary.json").exists():
+                    train(cfg, folder)
+                runs.append(read_run(folder))
+        rows += [
+            {
+                "task": c.task,
+                "variant": c.attn,
+                "steps": c.steps,
+                "ratio": c.ratio,
+                "reached": c.reached,
+                "seeds": c.seeds,
+            }
+            for c in convergence(runs, metric="val/loss")
+        ]
+    return rows
+
+
+def table(results: dict[str, Any]) -> str:
+    lines = []
+    for kind in ("block", "model"):
+        if kind in results:
+            lines += [
+                f"\n{kind}: forward+backward, ratio to standard (median [IQR] of paired repeats)",
+                f"{'variant':<18} {'ms':>9} {'ratio':>7} {'IQR':>15} {'target':>7}",
+            ]
+            for f, r in results[kind].items():
+                target = f"≤{TARGETS[f]:.2f}" if f in TARGETS else ""
+                lines.append(
+                    f"{f:<18} {r['ms']:>9.2f} {r['ratio']:>7.3f} "
+                    f"{r['ratio_q1']:>7.3f}–{r['ratio_q3']:<7.3f} {target:>7}"
+                )
+    if "memory" in results:
+        lines += [
+            "\npeak memory of a training step (MB above what it held before)",
+            f"{'variant':<18} {'MB':>9} {'ratio':>7}",
+        ]
+        lines += [f"{f:<18} {r['peak_mb']:>9.1f} {r['ratio']:>7.3f}" for f, r in results["memory"].items()]
+    if "overhead" in results:
+        o = results["overhead"]
+        lines.append(
+            f"\nrunner overhead: suite {o['suite_ms']:.2f} ms/step, bare {o['bare_ms']:.2f} ms/step, "
+            f"ratio {o['ratio']:.3f} (target ≤1.03)"
+        )
+    if "quality" in results:
+        lines += [
+            "\ntime to quality: steps to standard's final val loss (median over seeds)",
+            f"{'task':<20} {'variant':<12} {'steps':>8} {'reached':>8} {'ratio':>7}",
+        ]
+        for q in results["quality"]:
+            steps = "—" if q["steps"] is None else f"{q['steps']:g}"
+            ratio = "—" if q["ratio"] is None else f"{q['ratio']:.2f}"
+            lines.append(
+                f"{q['task']:<20} {q['variant']:<12} {steps:>8} {q['reached']}/{q['seeds']:<6} {ratio:>7}"
+            )
+    return "\n".join(lines)
+
+
+def machine(args: argparse.Namespace) -> dict[str, Any]:
+    import platform
+
+    info = {
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "cpu": platform.processor() or platform.machine(),
+        "python": platform.python_version(),
+    }
+    if args.device == "cuda":
+        info["gpu"] = torch.cuda.get_device_name()
+    return info
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m launch.bench", description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="vit_small_patch16_224", help="a timm ViT (ViT-S on CPU, ViT-B on GPU)")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"])
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--img", type=int, default=224)
+    p.add_argument("--repeats", type=int, default=9)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--forms", nargs="+", default=list(FORMS), choices=list(FORMS))
+    p.add_argument("--skip", nargs="*", default=[], choices=["block", "model", "memory", "overhead"])
+    p.add_argument("--overhead-steps", type=int, default=200)
+    p.add_argument(
+        "--quality",
+        nargs="*",
+        default=[],
+        metavar="TASK",
+        help="embedded tasks for time to quality, e.g. digits lra_listops_small lm_char modadd",
+    )
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--quality-steps", type=int, help="shorter runs than the tasks' own budgets")
+    p.add_argument("--quality-dir", type=Path, default=Path("outputs/bench/quality"))
+    p.add_argument("--out", type=Path, default=Path("outputs/bench/bench.json"))
+    args = p.parse_args(argv)
+    if "standard" not in args.forms:
+        args.forms = ["standard", *args.forms]
+
+    results: dict[str, Any] = {"machine": machine(args), "args": {k: str(v) for k, v in vars(args).items()}}
+    for kind in ("block", "model"):
+        if kind not in args.skip:
+            results[kind] = time_forms(kind, args)
+    if "memory" not in args.skip:
+        results["memory"] = peak_memory(args)
+    if "overhead" not in args.skip:
+        results["overhead"] = runner_overhead(args)
+    if args.quality:
+        results["quality"] = time_to_quality(args)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"machine: {results['machine']}")
+    print(table(results))
+    print(f"\nwrote {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
