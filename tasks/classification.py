@@ -148,10 +148,13 @@ class ImageNet(ImageClassification):
             "std": IMAGENET_DEFAULT_STD,
         }
         train = ImageFolder(
-            str(root / "train"), transform=create_transform(is_training=True, **common, **self.augment)
+            str(root / "train"),
+            transform=create_transform(is_training=True, **common, **self.augment),
+            loader=read_image,
         )
         val = ImageFolder(
             str(root / "val"),
+            loader=read_image,
             transform=create_transform(
                 is_training=False,
                 crop_pct=self.crop_pct,
@@ -169,6 +172,16 @@ class ImageNet(ImageClassification):
                 f"{root}: {len(train.classes)} class folders but task.num_classes={self.num_classes}"
             )
         return train, val
+
+
+def read_image(path: str):
+    """An RGB image, or a :class:`DataError` naming the file that cannot be decoded."""
+    from torchvision.datasets.folder import default_loader
+
+    try:
+        return default_loader(path)
+    except (OSError, ValueError) as error:  # PIL: truncated, not an image, unsupported
+        raise DataError(f"cannot read image {path} ({error}); replace or remove the file") from error
 
 
 def check_image_folder(root: Path) -> None:

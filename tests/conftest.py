@@ -88,6 +88,8 @@ def compose(overrides: list[str], output_dir: Path):
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
+    import src.engine.schema  # noqa: F401  registers the trainer schema
+
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         return hydra_compose("config", overrides=[*overrides, f"paths.output_dir={output_dir}", *QUIET])
 

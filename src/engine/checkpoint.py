@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import warnings
 from pathlib import Path
 from typing import Any
@@ -63,10 +64,18 @@ def save(state: dict[str, Any], path: Path) -> None:
     the checkpoint it replaces as ``previous.pt`` beside it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        torch.save(state, f)
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+    except (OSError, RuntimeError) as error:  # a full disk, a quota, a vanished mount (torch's zip
+        tmp.unlink(missing_ok=True)  # writer reports a short write as a RuntimeError)
+        kept = f"{path} is kept" if path.exists() else "no earlier checkpoint exists"
+        free = shutil.disk_usage(path.parent).free / 2**20
+        reason = str(error).splitlines()[0]
+        message = f"cannot write checkpoint {tmp} ({reason}; {free:.0f} MB free on its disk); {kept}"
+        raise CheckpointError(message) from error
     if path.exists():
         os.replace(path, path.with_name(PREVIOUS))
     os.replace(tmp, path)

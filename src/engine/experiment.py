@@ -19,6 +19,7 @@ from src.errors import ConfigError
 from .distributed import Dist
 from .optim import build_optimizer, build_scheduler
 from .record import RunRecord, WandbLogger, git_revision
+from .schema import check_values
 from .seeding import seed_everything
 from .trainer import Trainer
 
@@ -27,6 +28,7 @@ CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
 def train(cfg: DictConfig, run_dir: Path | str) -> dict[str, Any]:
     """Train as ``cfg`` says, recording in ``run_dir``; returns the summary."""
+    check_values(cfg)
     check_compatible(cfg)
     dist = Dist.setup(cfg.trainer.device)
     record = RunRecord(Path(run_dir), enabled=dist.main)

@@ -20,6 +20,7 @@ import contextlib
 import fcntl
 import json
 import os
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
@@ -81,6 +82,13 @@ def _cached_tokens(base: Path, batches, tokenizer: TextTokenizer, separate: bool
         tokens = saved.pop("tokens", -1)
         if saved == meta and bin_path.is_file() and bin_path.stat().st_size == tokens * dtype.itemsize:
             return _open(bin_path, dtype, tokens)
+        if saved == meta:  # the same data, but the array is missing or has the wrong size
+            found = bin_path.stat().st_size if bin_path.is_file() else "no"
+            warnings.warn(
+                f"token cache {bin_path} is damaged ({found} bytes where {tokens * dtype.itemsize} were "
+                "written); tokenising again",
+                stacklevel=2,
+            )
     suffix = f".{os.getpid()}.partial"
     partial_bin, partial_meta = Path(f"{bin_path}{suffix}"), Path(f"{meta_path}{suffix}")
     tokens = 0

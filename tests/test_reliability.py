@@ -1,0 +1,359 @@
+"""Nothing lost under kills, failures, bad input and outages."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import resource
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import QUIET, ROOT, compose, make_image_folder, run_cli
+
+from launch import report
+from launch.records import read_runs
+from src.engine import checkpoint, train
+from src.engine.checkpoint import CheckpointError
+from src.engine.trainer import NonFiniteLoss
+
+DIGITS_RUN = Path("runs/digits/vit_digits/precond/seed=0")
+
+
+def only_run(root: Path) -> Path:
+    (config,) = root.glob("**/.hydra/config.yaml")
+    return config.parent.parent
+
+
+def rows(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def comparable(run: Path) -> list[dict]:
+    return [{k: v for k, v in r.items() if k != "throughput"} for r in rows(run)]
+
+
+def weights(run: Path) -> dict[str, torch.Tensor]:
+    return checkpoint.load(run / "checkpoints" / "last.pt")["model"]
+
+
+# -- 1. kill and resume ---------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_killed_at_ten_random_steps_a_run_ends_bit_identical(tmp_path):
+    args = [
+        "trainer.max_steps=120",
+        "trainer.checkpoint_every=5",
+        "trainer.log_every=5",
+        "trainer.val_every=30",
+        "trainer.monitor_every=30",
+        "attn=cond_tokens",
+    ]
+    for folder in ("whole", "killed"):
+        (tmp_path / folder).mkdir()
+    assert run_cli(args, cwd=tmp_path / "whole").returncode == 0
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled"}
+    kill_steps = sorted(random.Random(0).sample(range(8, 115), 10))
+    for target in kill_steps:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "src.run", *args, *QUIET],
+            cwd=tmp_path / "killed",
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and process.poll() is None:
+            metrics = list((tmp_path / "killed").glob("outputs/**/metrics.jsonl"))
+            if metrics and any(
+                json.loads(line)["step"] >= target for line in metrics[0].read_text().splitlines()
+            ):
+                break
+            time.sleep(0.02)
+        assert process.poll() is None, f"the run ended before step {target}"
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait()
+    assert run_cli(args, cwd=tmp_path / "killed").returncode == 0
+
+    whole, killed = only_run(tmp_path / "whole"), only_run(tmp_path / "killed")
+    assert comparable(whole) == comparable(killed)
+    a, b = weights(whole), weights(killed)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def short_run(tmp_path: Path, name: str, *extra: str) -> dict:
+    cfg = compose(
+        [
+            "trainer.max_steps=20",
+            "trainer.checkpoint_every=5",
+            "trainer.val_every=5",
+            "trainer.log_every=5",
+            "trainer.monitor_every=0",
+            *extra,
+        ],
+        tmp_path,
+    )
+    return train(cfg, tmp_path / name)
+
+
+def test_a_corrupt_last_checkpoint_falls_back_to_the_previous_one(tmp_path):
+    whole = short_run(tmp_path, "whole")
+    run = tmp_path / "damaged"
+    short_run(tmp_path, "damaged")  # the same run: last.pt at step 20, previous.pt at step 15
+    last = run / "checkpoints" / "last.pt"
+    last.write_bytes(last.read_bytes()[: last.stat().st_size // 2])  # truncated, as a full disk leaves it
+    with pytest.warns(
+        UserWarning, match=r"unreadable checkpoint .*last\.pt.*resuming from .*previous\.pt \(step 15\)"
+    ):
+        resumed = short_run(tmp_path, "damaged")  # steps 16-20 again
+    assert resumed["final"] == whole["final"] and resumed["best"] == whole["best"]
+    assert comparable(run) == comparable(tmp_path / "whole")
+    a, b = weights(tmp_path / "whole"), weights(run)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_two_unreadable_checkpoints_are_one_clear_error(tmp_path):
+    short_run(tmp_path, "run", "trainer.max_steps=10")
+    for name in ("last.pt", "previous.pt"):
+        (tmp_path / "run" / "checkpoints" / name).write_bytes(b"not a checkpoint")
+    with pytest.raises(CheckpointError, match=r"no readable checkpoint: .*last\.pt.*previous\.pt"):
+        short_run(tmp_path, "run")
+
+
+# -- 2. sweeps keep what finished -------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_sweep_keeps_what_finished_and_the_report_lists_the_failures(tmp_path):
+    sizes = "16,17,18,19,20,21,22,23,24,25,5000,6000"  # the last two make no batch: planted failures
+    result = run_cli(
+        [
+            "-m",
+            f"task.batch_size={sizes}",
+            "trainer.max_steps=4",
+            "trainer.val_every=4",
+            "trainer.monitor_every=0",
+            "sweep_name=planted",
+        ],
+        cwd=tmp_path,
+    )
+    assert result.returncode != 0  # Hydra reports the failed jobs once all have run
+    sweep = tmp_path / "outputs" / "multirun" / "planted"
+    runs = read_runs([sweep])
+    assert len(runs) == 12
+    done = [r for r in runs if r.status == "completed"]
+    failed = [r for r in runs if r.status == "failed"]
+    assert len(done) == 10 and len(failed) == 2
+    assert report.main([str(sweep), "--out", str(tmp_path / "report")]) == 0
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert "## Runs that did not complete (2)" in text
+    assert text.count("ConfigError: 1437 training samples make no batch") == 2
+
+
+# -- 3. non-finite loss ------------------------------------------------------------------------
+
+
+def test_a_nan_loss_stops_naming_the_step_the_last_finite_loss_and_the_checkpoint(tmp_path):
+    with pytest.raises(NonFiniteLoss) as error:
+        short_run(
+            tmp_path,
+            "run",
+            "optim.lr=1e30",
+            "sched.warmup_steps=0",
+            "trainer.clip_grad=null",
+            "trainer.checkpoint_every=1",
+        )
+    message = str(error.value)
+    step = int(message.split(" at step ")[1].split(";")[0])
+    assert "last finite loss " in message and f"at step {step - 1};" in message
+    assert f"checkpoints/last.pt (step {step - 1})" in message and "trainer.nonfinite=skip" in message
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["error"].startswith("NonFiniteLoss: loss is nan")
+
+
+def test_nonfinite_skip_skips_the_batch_and_trains_on(tmp_path, monkeypatch):
+    from tasks.classification import ImageClassification
+
+    original, calls = ImageClassification.train_loss, []
+
+    def planted(self, model, batch):
+        calls.append(1)
+        loss = original(self, model, batch)
+        return loss * float("nan") if len(calls) == 3 else loss
+
+    monkeypatch.setattr(ImageClassification, "train_loss", planted)
+    summary = short_run(tmp_path, "run", "trainer.nonfinite=skip")
+    assert summary["status"] == "completed" and summary["skipped_batches"] == 1
+    assert {"step": 3, "split": "train", "train/skipped_batches": 1.0} in rows(tmp_path / "run")
+    assert all(torch.isfinite(v).all() for v in weights(tmp_path / "run").values())
+
+
+# -- 4. the bad-input catalogue ----------------------------------------------------------------
+
+
+def broken_jpeg(root: Path) -> None:
+    make_image_folder(root)
+    (next((root / "imagenet" / "train").glob("*/*.JPEG"))).write_bytes(b"\xff\xd8\xff\xe0 not a JPEG")
+
+
+def empty_classes(root: Path) -> None:
+    for split in ("train", "val"):
+        (root / "imagenet" / split / "n00000").mkdir(parents=True)
+
+
+def broken_config(root: Path) -> None:
+    (root / "conf" / "experiment").mkdir(parents=True)
+    (root / "conf" / "experiment" / "broken.yaml").write_text("trainer:\n  max_steps: [1,\n")
+
+
+def corrupt_checkpoints(root: Path) -> None:
+    folder = root / "outputs" / DIGITS_RUN / "trainer.max_steps=2" / "checkpoints"
+    folder.mkdir(parents=True)
+    for name in ("last.pt", "previous.pt"):
+        (folder / name).write_bytes(b"garbage")
+
+
+def limit_file_size() -> None:
+    """A full disk, as a process sees it: writes past 256 KB fail (Python ignores SIGXFSZ)."""
+    resource.setrlimit(resource.RLIMIT_FSIZE, (256 * 1024, 256 * 1024))
+
+
+TINY_IMAGENET = [
+    "task=imagenet",
+    "task.img_size=32",
+    "task.batch_size=4",
+    "task.eval_batch_size=4",
+    "task.num_classes=3",
+    "backbone=vit_micro",
+    "trainer.num_workers=0",
+]
+
+# (id, command-line arguments, what the one message says, exit status, setup of the folder, env)
+CATALOGUE = [
+    ("unknown-task", ["task=nope"], "Could not find 'task/nope'", 1, None, {}),
+    ("unknown-backbone", ["backbone=nope"], "Could not find 'backbone/nope'", 1, None, {}),
+    ("unknown-attn", ["attn=softmax"], "Could not find 'attn/softmax'", 1, None, {}),
+    ("unknown-experiment", ["experiment=nope"], "Could not find 'experiment/nope'", 1, None, {}),
+    ("unknown-variant-option", ["attn=spectral", "+attn.lamda=3"], "unknown option(s) lamda", 2, None, {}),
+    (
+        "wrong-type-variant-option",
+        ["attn=spectral", "attn.lam=ten"],
+        "option lam='ten' must be float",
+        2,
+        None,
+        {},
+    ),
+    (
+        "wrong-type-trainer-option",
+        ["trainer.max_steps=abc"],
+        "Value 'abc' of type 'str' could not be converted",
+        1,
+        None,
+        {},
+    ),
+    ("unknown-trainer-option", ["trainer.max_step=3"], "Key 'max_step' not in 'TrainerSchema'", 1, None, {}),
+    (
+        "bad-choice",
+        ["trainer.precision=fp16"],
+        "trainer.precision='fp16' is not one of fp32, bf16",
+        2,
+        None,
+        {},
+    ),
+    ("no-length", ["trainer.max_steps=0"], "a run needs a length", 2, None, {}),
+    ("bad-seed", ["seed=abc"], "seed='abc' must be an integer", 2, None, {}),
+    ("bad-accumulate", ["trainer.accumulate=0"], "trainer.accumulate=0 must be at least 1", 2, None, {}),
+    (
+        "incompatible",
+        ["backbone=vit_base"],
+        "task=digits and backbone=vit_base are incompatible",
+        2,
+        None,
+        {},
+    ),
+    (
+        "missing-data-folder",
+        ["task=imagenet", "paths.data_dir=nowhere"],
+        "missing data folder nowhere/imagenet/train",
+        2,
+        None,
+        {},
+    ),
+    (
+        "empty-data-folder",
+        [*TINY_IMAGENET, "paths.data_dir=."],
+        "no images in class folders",
+        2,
+        empty_classes,
+        {},
+    ),
+    ("broken-jpeg", [*TINY_IMAGENET, "paths.data_dir=."], "cannot read image", 2, broken_jpeg, {}),
+    (
+        "label-out-of-range",
+        [*TINY_IMAGENET, "task.num_classes=2", "paths.data_dir=."],
+        "3 class folders but task.num_classes=2",
+        2,
+        make_image_folder,
+        {},
+    ),
+    (
+        "config-syntax-error",
+        ["--config-dir", "conf", "experiment=broken"],
+        "experiment/broken",
+        1,
+        broken_config,
+        {},
+    ),
+    ("unwritable-output", ["paths.output_dir=/etc/hostname/out"], "Not a directory", 1, None, {}),
+    ("full-disk", [], "cannot write checkpoint", 2, None, {"preexec": limit_file_size}),
+    ("corrupt-checkpoints", [], "no readable checkpoint", 2, corrupt_checkpoints, {}),
+    ("no-gpu", ["trainer.device=cuda"], "no usable CUDA GPU", 2, None, {}),
+    (
+        "slurm-unavailable",
+        ["-m", "hydra/launcher=slurm"],
+        "hydra/launcher=slurm",
+        2,
+        None,
+        {"env": {"SLURM_CONF": "/nonexistent/slurm.conf"}},
+    ),
+    (
+        "wandb-unreachable",
+        ["logger=wandb", "logger.init_timeout=5"],
+        "training goes on",
+        0,
+        None,
+        {"env": {"WANDB_MODE": "online", "WANDB_API_KEY": "x" * 40, "WANDB_BASE_URL": "http://127.0.0.1:9"}},
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "args, message, status, setup, extra", [c[1:] for c in CATALOGUE], ids=[c[0] for c in CATALOGUE]
+)
+def test_bad_input_ends_in_one_clear_message(args, message, status, setup, extra, tmp_path):
+    if setup is not None:
+        setup(tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled", **extra.get("env", {})}
+    result = subprocess.run(
+        [sys.executable, "-m", "src.run", "trainer.max_steps=2", *args, *QUIET],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=extra.get("preexec"),
+    )
+    assert result.returncode == status, result.stderr[-2000:]
+    assert message in result.stderr, result.stderr[-2000:]
+    if status == 2:  # the suite's own errors: the message alone, no traceback
+        assert "Traceback" not in result.stderr and "error: " in result.stderr
+    if status:  # nothing was half-written: a checkpoint exists only where the setup put one
+        for ckpt in tmp_path.glob("**/checkpoints/*.pt"):
+            assert setup is corrupt_checkpoints, ckpt
