@@ -1,0 +1,129 @@
+"""The five LRA tasks and the generated ListOps of the embedded default, each reading its
+official on-disk format under ``paths.data_dir / folder`` (see the modules that read them)."""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import json
+from pathlib import Path
+from typing import Any
+
+from src.errors import DataError
+
+from . import images, listops, text
+from .base import LRATask, Sequences, Split
+
+
+class ListOps(LRATask):
+    """ListOps: ``listops-1000/basic_{train,val,test}.tsv``, 10 classes, length 2000."""
+
+    vocab_size = listops.VOCAB_SIZE
+
+    def __init__(self, keep_parens: bool = False, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.keep_parens = keep_parens
+
+    def load(self, root: Path, split: Split) -> Sequences:
+        rows = listops.read_split(root, split)
+        seqs = [listops.tokenize(source, self.max_length, self.keep_parens) for source, _ in rows]
+        labels = [target for _, target in rows]
+        if not all(0 <= t < self.num_classes for t in labels):
+            raise DataError(
+                f"{root / listops.SPLITS[split]}: targets must be digits 0-{self.num_classes - 1}"
+            )
+        return Sequences(labels, seqs)
+
+
+class ListOpsSmall(ListOps):
+    """ListOps generated on first use into ``folder`` (the release's TSV format), then read
+    back through :class:`ListOps`: the embedded default of the LRA family.
+
+    The generator's options (``generate``: ``num_train``, ``num_val``, ``num_test``,
+    ``min_length``, ``max_length``, ``max_depth``, ``max_args``, ``seed``) are those of
+    :class:`tasks.lra.listops.ListOpsSpec`; files generated with other options stop the run
+    with a message (delete the folder, or point ``folder`` elsewhere).
+    """
+
+    def __init__(self, generate: dict[str, int] | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.spec = listops.ListOpsSpec(**dict(generate or {}))
+
+    def datasets(self, data_dir: Path):
+        ensure_listops(Path(data_dir) / self.folder, self.spec)
+        return super().datasets(data_dir)
+
+
+def ensure_listops(folder: Path, spec: listops.ListOpsSpec) -> None:
+    """Generate the three TSV files into ``folder`` unless they are there (one process at a time).
+
+    The generator's options are kept beside them (``generator.json``): files made with other
+    options are never mistaken for these.
+    """
+    wanted = json.dumps(dataclasses.asdict(spec), sort_keys=True)
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".generating.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # a concurrent run waits, then finds the files
+        marker = folder / "generator.json"
+        if all((folder / name).is_file() for name in listops.SPLITS.values()):
+            if marker.is_file() and marker.read_text() != wanted:
+                raise DataError(
+                    f"{folder} holds ListOps generated with {marker.read_text()}, not with the task's "
+                    f"generate options {wanted}: delete the folder to regenerate, or set task.folder"
+                )
+            return
+        listops.write_release(folder, listops.generate(spec))
+        marker.write_text(wanted)
+
+
+class Text(LRATask):
+    """IMDB at byte level, 2 classes; ``val`` is IMDB's test split, as in LRA."""
+
+    vocab_size = text.BYTE_VOCAB_SIZE
+
+    def load(self, root: Path, split: Split) -> Sequences:
+        texts, labels = text.read_imdb(root, "train" if split == "train" else "test")
+        return Sequences(labels, [text.encode_bytes(t, self.max_length) for t in texts])
+
+
+class Retrieval(LRATask):
+    """AAN document pairs at byte level, 2 classes, two towers."""
+
+    vocab_size = text.BYTE_VOCAB_SIZE
+    dual = True
+
+    def load(self, root: Path, split: Split) -> Sequences:
+        first, second, labels = text.read_aan(root, split)
+        return Sequences(
+            labels,
+            [text.encode_bytes(t, self.max_length) for t in first],
+            [text.encode_bytes(t, self.max_length) for t in second],
+        )
+
+
+class Image(LRATask):
+    """Grayscale CIFAR-10 as 1024 pixel tokens, 10 classes."""
+
+    vocab_size = images.PIXEL_VOCAB_SIZE
+
+    def __init__(self, val_size: int = 5000, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.val_size = val_size
+
+    def load(self, root: Path, split: Split) -> Sequences:
+        pixels, labels = images.cifar_split(root, split, self.val_size)
+        return Sequences(labels, pixels[:, : self.max_length])
+
+
+class Pathfinder(LRATask):
+    """Pathfinder images as pixel tokens, 2 classes; ``difficulty`` is the release's sub-folder."""
+
+    vocab_size = images.PIXEL_VOCAB_SIZE
+
+    def __init__(self, difficulty: str = "curv_contour_length_14", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.difficulty = difficulty
+
+    def load(self, root: Path, split: Split) -> Sequences:
+        pixels, labels = images.read_pathfinder(root / self.difficulty, split)
+        return Sequences(labels, pixels[:, : self.max_length])
