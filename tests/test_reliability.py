@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import QUIET, ROOT, compose, make_image_folder, run_cli
+from smoke.lm import HUB
 
 from launch import report
 from launch.records import read_runs
@@ -220,6 +221,24 @@ def corrupt_checkpoints(root: Path) -> None:
         (folder / name).write_bytes(b"garbage")
 
 
+def listops_missing_column(root: Path) -> None:
+    folder = root / "listops-1000"
+    folder.mkdir()
+    for split in ("train", "val", "test"):
+        (folder / f"basic_{split}.tsv").write_text("Source\tTarget\n( [MAX 2 9 ] )\t9\n( [MIN 4 1 ] )\n")
+
+
+def truncated_token_cache(root: Path) -> None:
+    """TinyStories in its real layout, tokenised once; then half of its token array is lost."""
+    from hydra.utils import instantiate
+    from smoke.lm import prepare
+
+    prepare(root)
+    instantiate(compose(["task=lm_tinystories", *HUB], root).task).datasets(root)
+    (array,) = root.glob("cache/**/train.bin")
+    array.write_bytes(array.read_bytes()[: array.stat().st_size // 2])
+
+
 def limit_file_size() -> None:
     """A full disk, as a process sees it: writes past 256 KB fail (Python ignores SIGXFSZ)."""
     resource.setrlimit(resource.RLIMIT_FSIZE, (256 * 1024, 256 * 1024))
@@ -301,6 +320,22 @@ CATALOGUE = [
         "3 class folders but task.num_classes=2",
         2,
         make_image_folder,
+        {},
+    ),
+    (
+        "tsv-wrong-column-count",
+        ["task=lra_listops", "paths.data_dir=.", "trainer.threads=1"],
+        "every row must be '<expression><TAB><digit>'",
+        2,
+        listops_missing_column,
+        {},
+    ),
+    (
+        "truncated-token-cache",
+        ["task=lm_tinystories", *HUB, "paths.data_dir=."],
+        "is damaged",
+        0,
+        truncated_token_cache,
         {},
     ),
     (
