@@ -376,8 +376,10 @@ def test_bad_input_ends_in_one_clear_message(args, message, status, setup, extra
     if setup is not None:
         setup(tmp_path)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled", **extra.get("env", {})}
+    options = args[: args.index("--config-dir") + 2] if "--config-dir" in args else []  # before overrides
+    overrides = args[len(options) :]
     result = subprocess.run(
-        [sys.executable, "-m", "src.run", "trainer.max_steps=2", *args, *QUIET],
+        [sys.executable, "-m", "src.run", *options, "trainer.max_steps=2", *overrides, *QUIET],
         cwd=tmp_path,
         env=env,
         capture_output=True,

@@ -26,7 +26,7 @@ PREVIOUS = "previous.pt"
 
 
 class CheckpointError(SuiteError):
-    """No checkpoint of a run folder can be read."""
+    """A checkpoint cannot be written, or no checkpoint of a run folder can be read."""
 
 
 def rng_state() -> dict[str, Any]:

@@ -33,9 +33,10 @@ def test_a_failed_write_leaves_the_previous_checkpoint(tmp_path, monkeypatch):
         raise OSError("No space left on device")
 
     monkeypatch.setattr(torch, "save", broken_save)
-    with pytest.raises(OSError):
+    with pytest.raises(checkpoint.CheckpointError, match="No space left on device.*last.pt is kept"):
         checkpoint.save({"step": 2}, path)
     assert checkpoint.load(path)["step"] == 1
+    assert not path.with_name("last.pt.tmp").exists()
 
 
 def test_loading_refuses_arbitrary_objects(tmp_path):
