@@ -148,7 +148,7 @@ def convergence(runs: list[Run], metric: str | None = None) -> list[Convergence]
 def fmt(value: float | None, metric: str) -> str:
     if value is None:
         return "—"
-    if "acc" in metric:
+    if "acc" in metric or "mAP" in metric:  # fractions, printed as the papers do: in %
         return f"{100 * value:.2f}"
     return f"{value:.4g}"
 
@@ -157,7 +157,7 @@ def markdown(cells: list[Cell], conv: list[Convergence], runs: list[Run]) -> str
     lines = [
         "# Results",
         "",
-        "Main metric per task × backbone × variant: mean ± std over seeds (accuracies in %). "
+        "Main metric per task × backbone × variant: mean ± std over seeds (accuracies and COCO APs in %). "
         "*gain*: against our `standard` on the same task and backbone. *paper*: the number "
         "METHODS.md quotes and its gain over the same paper's baseline.",
         "",

@@ -1,0 +1,19 @@
+"""Detection backbones for mmdetection (needs the ``detection`` extra: mmcv with its ops, mmdet).
+
+Importing this package registers :class:`SuiteViT`, :class:`SuiteXCiT` and :class:`SuiteSwin`
+in mmdet's ``MODELS`` registry; an mmdet config loads it with
+``custom_imports = dict(imports=["src.models.detection"], allow_failed_imports=False)``.
+"""
+
+from .backbones import PlainBackbone, SuiteSwin, SuiteViT, SuiteXCiT, TimmDetectionBackbone, out_channels
+from .pyramid import SimpleFeaturePyramid
+
+__all__ = [
+    "PlainBackbone",
+    "SimpleFeaturePyramid",
+    "SuiteSwin",
+    "SuiteViT",
+    "SuiteXCiT",
+    "TimmDetectionBackbone",
+    "out_channels",
+]

@@ -1,0 +1,207 @@
+"""The suite's run record, written from inside mmengine's Runner by one hook.
+
+:class:`SuiteRecordHook` writes ``metrics.jsonl`` as the shared loop does (``step`` is
+mmengine's iteration, one batch per process):
+
+* ``split: train`` every ``log_every`` iterations: the window's mean of each loss the
+  detector returns (``train/loss``, ``train/loss_rpn_cls``, …, ``train/loss_mask``),
+  ``lr`` and ``throughput`` (images/s);
+* ``split: val`` after each validation: mmdet's COCO metrics (``coco/bbox_mAP``,
+  ``coco/segm_mAP``, ``coco/bbox_mAP_50``, …); when the detector predicts no box at all, mmdet
+  reports nothing and the row says 0 for the main metrics (COCO's AP of an empty prediction);
+* ``split: monitor`` every ``monitor_every`` iterations: the conditioning monitor
+  (:class:`src.conditioning.ConditioningMonitor`) on the backbone, fed the first validation
+  batch as the detector's data preprocessor makes it.
+
+Checkpoints are mmengine's (``mmdet/iter_N.pth`` or ``epoch_N.pth``, the latest kept);
+``checkpoints/last.pt`` is a relative link to the latest, so the suite's contract holds: a
+rerun of the same command finds it and resumes (mmengine's ``resume``: weights, optimizer,
+schedule, iteration, data position). The hook adds to each checkpoint the wall time so far
+and torch's RNG state, and restores that state at the first iteration after a resume;
+validation and the monitor run with the RNG forked, so they never move it. On a CPU a
+resumed run then continues as the uninterrupted one would. After a resume, ``metrics.jsonl``
+is cut back to the checkpoint's iteration and the best and last validation are read from it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from mmengine.hooks import Hook
+from mmengine.model import is_model_wrapper
+
+from src.conditioning import ConditioningMonitor
+from src.engine.record import RunRecord, WandbLogger, read_metrics
+
+
+class SuiteRecordHook(Hook):
+    """Writes the run record (see the module docstring); runs after mmengine's checkpoint hook."""
+
+    priority = "LOWEST"
+
+    def __init__(
+        self,
+        record: RunRecord,
+        metric: str,
+        metric_mode: str,
+        required: Sequence[str],
+        log_every: int,
+        monitor_every: int,
+        images_per_iter: int,
+        wandb: WandbLogger | None = None,
+    ) -> None:
+        self.record, self.wandb = record, wandb
+        self.metric, self.better = metric, (max if metric_mode == "max" else min)
+        self.required = list(dict.fromkeys([metric, *required]))  # in every validation row
+        self.log_every, self.monitor_every, self.images_per_iter = log_every, monitor_every, images_per_iter
+        self.best: dict[str, float] = {}
+        self.last_val: dict[str, float] = {}
+        self.wall_s = 0.0  # before this session
+        self.session_start = time.monotonic()
+        self.window: dict[str, float] = defaultdict(float)
+        self.window_iters, self.window_start = 0, time.monotonic()
+        self.rng_to_restore: dict[str, Any] | None = None
+        self.monitor: ConditioningMonitor | None = None
+        self.monitor_inputs: torch.Tensor | None = None
+        self.linked: str | None = None
+        self._val_rng: contextlib.ExitStack | None = None
+
+    # -- training ----------------------------------------------------------------------------
+
+    def before_train(self, runner) -> None:
+        self.session_start = self.window_start = time.monotonic()
+        if runner.iter > 0:  # resumed: the record past the checkpoint is written again
+            self.record.truncate_after(runner.iter)
+            if self.record.enabled and self.record.metrics_path.exists():
+                for row in read_metrics(self.record.dir):
+                    if row["split"] == "val":
+                        self._keep_val(
+                            row["step"], {k: v for k, v in row.items() if k not in ("step", "split")}
+                        )
+
+    def before_train_iter(self, runner, batch_idx: int, data_batch=None) -> None:
+        if self.rng_to_restore is not None:  # the first iteration after a resume
+            torch.set_rng_state(self.rng_to_restore["torch"])
+            if "cuda" in self.rng_to_restore and torch.cuda.is_available():
+                torch.cuda.set_rng_state_all(self.rng_to_restore["cuda"])
+            self.rng_to_restore = None
+
+    def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
+        step = runner.iter + 1
+        for key, value in (outputs or {}).items():  # the detector's losses, as tensors
+            self.window[key] += float(value.detach() if isinstance(value, torch.Tensor) else value)
+        self.window_iters += 1
+        if step % self.log_every == 0 or step == runner.max_iters:
+            self._log_train(runner, step)
+        if self.monitor_every and step % self.monitor_every == 0 and self.record.enabled:
+            self._log(step, "monitor", self._monitor(runner))
+        self._link_checkpoint(runner)
+
+    def after_train_epoch(self, runner) -> None:
+        self._link_checkpoint(runner)
+
+    def after_train(self, runner) -> None:
+        self._link_checkpoint(runner)
+
+    def _log_train(self, runner, step: int) -> None:
+        elapsed = max(time.monotonic() - self.window_start, 1e-9)
+        means = {f"train/{k}": v / self.window_iters for k, v in self.window.items()}
+        lr = runner.optim_wrapper.get_lr()["lr"][0]
+        self._log(
+            step,
+            "train",
+            {**means, "lr": lr, "throughput": self.window_iters * self.images_per_iter / elapsed},
+        )
+        self.window, self.window_iters, self.window_start = defaultdict(float), 0, time.monotonic()
+
+    # -- validation ----------------------------------------------------------------------------
+
+    def before_val(self, runner) -> None:
+        self._val_rng = contextlib.ExitStack()
+        self._val_rng.enter_context(fork_rng())
+
+    def after_val_epoch(self, runner, metrics: dict[str, float] | None = None) -> None:
+        values = {k: float(v) for k, v in (metrics or {}).items() if isinstance(v, (int, float))}
+        missing = [k for k in self.required if k not in values]
+        if missing:  # mmdet's COCO metric returns nothing when no box was predicted: that is AP 0
+            values.update(dict.fromkeys(missing, 0.0))
+        self._keep_val(runner.iter, values)
+        self._log(runner.iter, "val", values)
+
+    def after_val(self, runner) -> None:
+        if self._val_rng is not None:
+            self._val_rng.close()
+            self._val_rng = None
+
+    def _keep_val(self, step: int, values: dict[str, float]) -> None:
+        self.last_val = values
+        if self.metric in values and (
+            not self.best
+            or self.better(values[self.metric], self.best[self.metric]) != self.best[self.metric]
+        ):
+            self.best = {**values, "step": step}
+
+    # -- the monitor ---------------------------------------------------------------------------
+
+    def _monitor(self, runner) -> dict[str, float]:
+        model = runner.model.module if is_model_wrapper(runner.model) else runner.model
+        with fork_rng():
+            if self.monitor is None:
+                self.monitor = ConditioningMonitor(model.backbone)
+                batch = next(iter(runner.val_dataloader))
+                with torch.no_grad():
+                    self.monitor_inputs = model.data_preprocessor(batch, False)["inputs"]  # (B, 3, H, W)
+            return self.monitor(self.monitor_inputs)
+
+    # -- checkpoints ---------------------------------------------------------------------------
+
+    def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
+        state = {"torch": torch.get_rng_state()}
+        if torch.cuda.is_available():
+            state["cuda"] = torch.cuda.get_rng_state_all()
+        checkpoint.setdefault("meta", {})["suite"] = {"wall_s": self.elapsed(), "rng": state}
+
+    def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
+        saved = checkpoint.get("meta", {}).get("suite")
+        if saved is not None:
+            self.wall_s, self.rng_to_restore = saved["wall_s"], saved["rng"]
+
+    def elapsed(self) -> float:
+        """Training wall time, this session and the ones before it."""
+        return self.wall_s + time.monotonic() - self.session_start
+
+    def _link_checkpoint(self, runner) -> None:
+        """Point ``checkpoints/last.pt`` at the checkpoint mmengine saved last."""
+        pointer = Path(runner.work_dir) / "last_checkpoint"
+        if not self.record.enabled or not pointer.exists():
+            return
+        target = pointer.read_text().strip()
+        if target == self.linked:
+            return
+        link = self.record.checkpoint
+        link.parent.mkdir(parents=True, exist_ok=True)
+        tmp = link.with_name(link.name + ".tmp")
+        tmp.unlink(missing_ok=True)
+        tmp.symlink_to(os.path.relpath(Path(target).resolve(), link.parent.resolve()))
+        os.replace(tmp, link)
+        self.linked = target
+
+    def _log(self, step: int, split: str, metrics: dict[str, float]) -> None:
+        self.record.log(step, split, metrics)
+        if self.wandb is not None:
+            self.wandb.log(metrics, step=step)
+
+
+@contextlib.contextmanager
+def fork_rng():
+    """Run a block without moving torch's RNG (CPU and CUDA)."""
+    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+    with torch.random.fork_rng(devices=devices):
+        yield
