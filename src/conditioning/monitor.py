@@ -169,10 +169,14 @@ class ConditioningMonitor:
 def normalized_entropy(p: Tensor) -> Tensor:
     """Entropy of each row of ``p (…, n, m)`` over the log of its support (the keys with
     non-zero probability: a causal or padded row attends to fewer than ``m``); rows with a
-    single key, whose entropy is 0 by necessity, are left out. Flat ``(rows,)``."""
+    single key, whose entropy is 0 by necessity, are left out. When every row has a single
+    key the softmax is saturated (``spectral`` at ``lam=10`` on a ViT-B does that): every row
+    is one-hot, and the entropies are zeros. Flat ``(rows,)``."""
     p = p.double().flatten(0, -2)  # (rows, m)
     support = (p > 0).sum(-1)
     keep = support > 1
+    if not keep.any():
+        return torch.zeros(len(p), dtype=p.dtype, device=p.device)
     entropy = -(p * p.clamp_min(1e-300).log()).sum(-1)
     return entropy[keep] / support[keep].double().log()
 

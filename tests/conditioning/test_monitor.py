@@ -89,6 +89,7 @@ def test_entropy_is_normalised_by_the_keys_a_row_may_attend_to():
     n = 6
     causal = torch.tril(torch.ones(n, n))
     uniform = causal / causal.sum(-1, keepdim=True)  # row i: uniform over i + 1 keys
-    torch.testing.assert_close(normalized_entropy(uniform), torch.ones(n - 1, dtype=torch.float64))
-    one_hot = torch.eye(n)[None].expand(2, n, n)
-    assert normalized_entropy(one_hot).numel() == 0  # single-key rows say nothing
+    ones = torch.ones(n - 1, dtype=torch.float64)  # row 0, a single key, is left out
+    torch.testing.assert_close(normalized_entropy(uniform), ones)
+    one_hot = torch.eye(n)[None].expand(2, n, n)  # a saturated softmax: every row one-hot
+    torch.testing.assert_close(normalized_entropy(one_hot), torch.zeros(2 * n, dtype=torch.float64))
