@@ -22,7 +22,7 @@ from src.engine.experiment import compatible_backbones
 TWO_STEPS = [
     "trainer.max_steps=2",
     "trainer.val_every=2",
-    "trainer.monitor_every=1",
+    "trainer.monitor_every=2",
     "trainer.log_every=1",
     "trainer.checkpoint_every=2",
     "trainer.eval_batches=1",

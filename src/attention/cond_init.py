@@ -23,6 +23,7 @@ from typing import ClassVar, Literal
 import torch
 from torch import Tensor, nn
 
+from .polar import gram_polar
 from .registry import Variant, register
 from .sites import AttentionSite
 
@@ -33,8 +34,7 @@ def semi_orthogonal(heads: int, rows: int, cols: int, generator: torch.Generator
     For ``rows ≥ cols``, ``QᵀQ = I``; otherwise ``Q Qᵀ = I``.
     """
     g = torch.randn(heads, rows, cols, generator=generator, dtype=torch.float64)
-    u, _, vh = torch.linalg.svd(g, full_matrices=False)
-    return (u @ vh).float()  # (heads, rows, cols)
+    return gram_polar(g)[0].float()  # (heads, rows, cols): U Vᵀ, from a min(rows, cols)² eigenproblem
 
 
 def value_identity(heads: int, head_dim: int, dim: int, value: str) -> Tensor:

@@ -34,6 +34,24 @@ def gram(x: Tensor) -> Tensor:
     return x.mT @ x if d <= n else x @ x.mT
 
 
+def gram_polar(w: Tensor, nonzero_rtol: float = 1e-12) -> tuple[Tensor, Tensor]:
+    """The exact polar factor ``U Vᵀ`` and ``σ_max`` of each matrix of ``w (…, r, c)``
+    (``W = U S Vᵀ``), from the eigendecomposition of its smaller Gram in float64:
+    ``U Vᵀ = (W Wᵀ)^{-½} W``, or ``W (WᵀW)^{-½}`` for a tall ``W``. For a ``D×d`` head block
+    that is a ``d×d`` eigenproblem, far cheaper than the SVD of the block. Directions with
+    eigenvalues below ``nonzero_rtol · λ_max`` (a rank-deficient ``W``) are left out of the
+    factor. Returns ``(polar (…, r, c), σ_max (…))`` in float64.
+    """
+    source = w.double()
+    wide = source.shape[-2] <= source.shape[-1]
+    g = source @ source.mT if wide else source.mT @ source  # (…, m, m), m = min(r, c)
+    eig, vec = torch.linalg.eigh(g)  # ascending
+    top = eig[..., -1:]
+    inv_sqrt = torch.where(eig > nonzero_rtol * top, eig.clamp_min(torch.finfo(eig.dtype).tiny).rsqrt(), 0.0)
+    root = (vec * inv_sqrt[..., None, :]) @ vec.mT  # Gram^{-1/2}
+    return (root @ source if wide else source @ root), top[..., 0].sqrt()
+
+
 def top_singular_value(x: Tensor, iters: int = 24) -> Tensor:
     """``σ_max`` of each matrix of ``x (…, N, D)``, shape ``(…)``, by power iteration."""
     return _power_iteration(gram(x), iters)

@@ -36,6 +36,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils import parametrize
 
+from .polar import gram_polar
 from .registry import Variant, register
 from .sites import AttentionSite, Projection
 
@@ -75,24 +76,13 @@ class AddSpectralShift(nn.Module):
         return f"blocks={self.blocks}, detach={self.detach}"
 
 
-def spectral_shift(w: Tensor, detach: bool = True, nonzero_rtol: float = 1e-12) -> Tensor:
-    """``σ_max(W) · U Vᵀ`` for each matrix of the batch ``w (…, r, c)``, ``W = U S Vᵀ``.
-
-    Computed without an SVD: ``U Vᵀ = (W Wᵀ)^{-½} W`` (or ``W (WᵀW)^{-½}`` for tall ``W``)
-    from the eigendecomposition of the smaller Gram, in float64 (the Gram squares κ). For a
-    head's ``d×D`` block that is a ``d×d`` eigenproblem, far cheaper than the SVD of the block.
-    Directions with eigenvalues below ``nonzero_rtol · λ_max`` (a rank-deficient ``W``) get no
-    correction.
+def spectral_shift(w: Tensor, detach: bool = True) -> Tensor:
+    """``σ_max(W) · U Vᵀ`` for each matrix of the batch ``w (…, r, c)``, ``W = U S Vᵀ``, without
+    an SVD (:func:`.polar.gram_polar`: the smaller Gram's eigendecomposition, in float64, as
+    the Gram squares κ). A rank-deficient ``W`` gets no correction along its null directions.
     """
-    source = (w.detach() if detach else w).double()
-    wide = source.shape[-2] <= source.shape[-1]
-    gram = source @ source.mT if wide else source.mT @ source  # (…, m, m), m = min(r, c)
-    eig, vec = torch.linalg.eigh(gram)  # ascending
-    top = eig[..., -1:]
-    inv_sqrt = torch.where(eig > nonzero_rtol * top, eig.clamp_min(torch.finfo(eig.dtype).tiny).rsqrt(), 0.0)
-    root = (vec * inv_sqrt[..., None, :]) @ vec.mT  # Gram^{-1/2}
-    polar = root @ source if wide else source @ root  # U Vᵀ
-    return (top.sqrt()[..., None] * polar).to(w.dtype)
+    polar, top = gram_polar(w.detach() if detach else w)
+    return (top[..., None, None] * polar).to(w.dtype)
 
 
 def identity_correction(linear: nn.Linear, projections: list[Projection], lam: float) -> Tensor:

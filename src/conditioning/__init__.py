@@ -10,7 +10,7 @@ from .jacobian import (
     softmax_jacobian,
     softmax_jacobian_kappa,
 )
-from .kappa import DEFAULT_NONZERO_RTOL, kappa, kappa_of_values
+from .kappa import DEFAULT_NONZERO_RTOL, kappa, kappa_from_gram, kappa_of_values
 from .monitor import ConditioningMonitor
 
 __all__ = [
@@ -21,6 +21,7 @@ __all__ = [
     "head_output",
     "jacobian_bound",
     "kappa",
+    "kappa_from_gram",
     "kappa_of_values",
     "kronecker_jacobian",
     "softmax_jacobian",

@@ -33,3 +33,16 @@ def kappa(m: Tensor, nonzero_rtol: float | None = None) -> Tensor:
     gives ``inf``.
     """
     return kappa_of_values(torch.linalg.svdvals(m.detach().double()), nonzero_rtol)
+
+
+def kappa_from_gram(m: Tensor, nonzero_rtol: float | None = None) -> Tensor:
+    """:func:`kappa` from the eigenvalues of each matrix's smaller Gram (``σ² = eig(MᵀM)``),
+    in float64: for a tall ``D×d`` head block a ``d×d`` eigenproblem instead of an SVD, and
+    for an embedding table ``V×D`` a ``D×D`` one. Exact to float64's precision on ``σ²``, so
+    for ``κ`` up to about ``10⁷`` (the monitor's weights and tables stay far below that; use
+    :func:`kappa` for anything closer to singular). The non-zero rule applies to ``σ``.
+    """
+    m = m.detach().double()
+    tall = m.shape[-2] >= m.shape[-1]
+    eig = torch.linalg.eigvalsh(m.mT @ m if tall else m @ m.mT).clamp_min(0)  # (…, min(r, c)): σ²
+    return kappa_of_values(eig, None if nonzero_rtol is None else nonzero_rtol**2).sqrt()

@@ -45,7 +45,7 @@ from src.attention import AttentionConfigError, AttentionSite, find_sites, find_
 from src.attention.cond_tokens import vocabulary_map
 
 from .jacobian import jacobian_bound
-from .kappa import kappa, kappa_of_values
+from .kappa import kappa, kappa_from_gram
 
 
 class ConditioningMonitor:
@@ -73,7 +73,7 @@ class ConditioningMonitor:
         values: dict[str, dict[str, Tensor]] = defaultdict(dict)
         for site in self.sites:
             for key, w in site.head_weights().items():  # (H, D, d)
-                values[f"kappa/{key}"][site.name] = kappa(w, self.nonzero_rtol)
+                values[f"kappa/{key}"][site.name] = kappa_from_gram(w, self.nonzero_rtol)
         if self.entry is not None and self.entry.causal:
             values["kappa/tokens"]["table"] = self._table_kappa()
         return self._summarise(values)
@@ -85,9 +85,7 @@ class ConditioningMonitor:
         conditioner = getattr(self.model, "token_conditioner", None)
         if conditioner is not None and conditioner.table is self.entry.module:
             table = table + table @ vocabulary_map(table)
-        eig = torch.linalg.eigvalsh(table.mT @ table).clamp_min(0)  # σ² of the table
-        rtol = None if self.nonzero_rtol is None else self.nonzero_rtol**2
-        return kappa_of_values(eig, rtol).sqrt()
+        return kappa_from_gram(table, self.nonzero_rtol)
 
     @torch.no_grad()
     def __call__(self, *args: Any, **kwargs: Any) -> dict[str, float]:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 
-from src.conditioning import kappa
+from src.conditioning import kappa, kappa_from_gram
 
 
 def test_kappa_of_a_diagonal_is_the_ratio_of_its_extremes():
@@ -30,3 +31,15 @@ def test_nonzero_rule_ignores_the_null_space():
     assert math.isinf(kappa(m).item()) or kappa(m).item() > 1e15
     assert kappa(m, nonzero_rtol=1e-7).item() == 2.0
     assert kappa(torch.diag(torch.tensor([4.0, 2.0, 1e-9])), nonzero_rtol=1e-7).item() == 2.0
+
+
+def test_kappa_from_the_gram_equals_kappa_from_the_svd():
+    torch.manual_seed(0)
+    values = torch.logspace(0, 5, 8, dtype=torch.float64)  # κ = 10⁵
+    q1 = torch.linalg.qr(torch.randn(3, 40, 8, dtype=torch.float64))[0]
+    q2 = torch.linalg.qr(torch.randn(3, 8, 8, dtype=torch.float64))[0]
+    tall = q1 @ torch.diag_embed(values) @ q2.mT  # (3, 40, 8): a head block
+    for m in (tall, tall.mT, torch.randn(4, 9, 30)):  # tall, wide, Gaussian
+        torch.testing.assert_close(kappa_from_gram(m), kappa(m), rtol=1e-6, atol=0)
+    rank_two = torch.diag(torch.tensor([4.0, 2.0, 0.0]))
+    assert kappa_from_gram(rank_two, nonzero_rtol=1e-7).item() == pytest.approx(2.0)
