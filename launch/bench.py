@@ -19,8 +19,8 @@ On a CPU the bench flushes denormal floats to zero (``--no-flush-denormal`` keep
 cores compute with denormals many times slower, and a variant that saturates the softmax
 (``spectral`` at ``lam=10``) fills the attention's backward with them. Measured on 2 cores,
 ViT-S: ``spectral`` at 1.05× ``standard`` with denormals, 1.00× without them, and 0.99× at
-``lam=1`` either way: a cost of the numbers, not of the variant's extra work. GPUs flush
-them at no cost, so the GPU numbers need no such switch.
+``lam=1`` either way: a cost of the numbers, not of the variant's extra work. NVIDIA GPUs
+compute with denormals at full speed, so the switch only acts on a CPU.
 """
 
 from __future__ import annotations
