@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 import smoke
 from conftest import CONF, compose
+from hydra.utils import instantiate
 
 from src import attention
 from src.engine import train
-from src.engine.experiment import compatible_backbones
+from src.engine.experiment import check_compatible, compatible_backbones
 
 TWO_STEPS = [
     "trainer.max_steps=2",
@@ -29,6 +30,15 @@ TWO_STEPS = [
 ]
 FAMILIES = [importlib.import_module(f"smoke.{m.name}") for m in pkgutil.iter_modules(smoke.__path__)]
 SMOKE = {task: overrides for family in FAMILIES for task, overrides in family.OVERRIDES.items()}
+# where a family says so (``FULL_SIZE_TRAINS_ON``), full-size backbones train two steps on some of
+# its tasks and only compose on the others: {task that only composes: the tasks they train on}
+FULL_SIZE_TRAINS_ON = {
+    task: family.FULL_SIZE_TRAINS_ON
+    for family in FAMILIES
+    if hasattr(family, "FULL_SIZE_TRAINS_ON")
+    for task in family.OVERRIDES
+    if task not in family.FULL_SIZE_TRAINS_ON
+}
 
 
 def missing_modules(family) -> list[str]:
@@ -64,18 +74,22 @@ def test_every_task_has_smoke_overrides():
     assert sorted(SMOKE) == sorted(p.stem for p in (CONF / "task").glob("*.yaml"))
 
 
-def combinations():
+def combinations(trained: bool = True):
+    """Every compatible task × backbone × variant: those that train two steps (``trained``), or
+    the full-size ones that only compose (see ``FULL_SIZE_TRAINS_ON``)."""
     for task, overrides in sorted(SMOKE.items()):
         task_cfg = compose([f"task={task}", *overrides], Path("unused")).task
         for backbone in compatible_backbones(task_cfg):
             backbone_cfg = compose([f"task={task}", f"backbone={backbone}"], Path("unused")).backbone
             full = backbone_cfg.scale == "full"
+            if trained == (full and task in FULL_SIZE_TRAINS_ON):
+                continue
             for variant in backbone_cfg.get("attn_variants") or attention.VARIANTS:  # those it takes
                 yield pytest.param(
                     task,
                     backbone,
                     variant,
-                    marks=([pytest.mark.slow] if full else []) + SKIPS[task],
+                    marks=([pytest.mark.slow] if full and trained else []) + SKIPS[task],
                     id=f"{task}-{backbone}-{variant}",
                 )
 
@@ -103,6 +117,19 @@ def test_combination_trains_two_steps(task, backbone, variant, data_dir, tmp_pat
         assert (summary["task"], summary["backbone"], summary["attn"]) == (task, backbone, variant)
     finally:  # a full-size model's checkpoint is gigabytes: keep the disk for the next combination
         shutil.rmtree(tmp_path / "run" / "checkpoints", ignore_errors=True)
+
+
+@pytest.mark.parametrize("task, backbone, variant", list(combinations(trained=False)))
+def test_full_size_combination_composes(task, backbone, variant, data_dir, tmp_path):
+    """The full-size decoders on the hub LM tasks: the config composes and passes the
+    compatibility check, the variant builds with its options, and the same backbone and
+    variant train two steps on the family's embedded task (``test_combination_trains_two_steps``)."""
+    cfg = compose([*smoke_overrides(task, data_dir), f"backbone={backbone}", f"attn={variant}"], tmp_path)
+    check_compatible(cfg)
+    assert instantiate(cfg.attn).name == variant
+    assert (cfg.task.name, cfg.backbone.name, cfg.backbone.scale) == (task, backbone, "full")
+    for other in FULL_SIZE_TRAINS_ON[task]:
+        assert backbone in compatible_backbones(compose([f"task={other}"], tmp_path).task)
 
 
 def experiments():
