@@ -20,7 +20,8 @@ cores compute with denormals many times slower, and a variant that saturates the
 (``spectral`` at ``lam=10``) fills the attention's backward with them. Measured on 2 cores,
 ViT-S: ``spectral`` at 1.05× ``standard`` with denormals, 1.00× without them, and 0.99× at
 ``lam=1`` either way: a cost of the numbers, not of the variant's extra work. NVIDIA GPUs
-compute with denormals at full speed, so the switch only acts on a CPU.
+compute with denormals at full speed, so the switch only acts on a CPU. Training flushes them
+too (``trainer.flush_denormal``, default on; ``src/engine/numerics.py``).
 """
 
 from __future__ import annotations
@@ -190,6 +191,7 @@ def overhead_config(args: argparse.Namespace, output: Path):
                 "trainer.progress=none",
                 f"trainer.log_every={args.overhead_steps // 10}",
                 "trainer.device=cpu",
+                f"trainer.flush_denormal={bool(args.flush_denormal)}",  # as the bare loop runs
                 f"paths.output_dir={output}",
             ],
         )

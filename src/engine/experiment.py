@@ -17,6 +17,7 @@ from src import attention
 from src.errors import ConfigError
 
 from .distributed import Dist
+from .numerics import flush_denormals
 from .optim import build_optimizer, build_scheduler
 from .record import RunRecord, WandbLogger, git_revision
 from .schema import check_values
@@ -34,6 +35,7 @@ def train(cfg: DictConfig, run_dir: Path | str) -> dict[str, Any]:
     record = RunRecord(Path(run_dir), enabled=dist.main)
     wandb, trainer, task = None, None, None
     threads = torch.get_num_threads()
+    flushed = flush_denormals(bool(cfg.trainer.get("flush_denormal")) and dist.device.type == "cpu")
     try:
         if cfg.trainer.get("threads"):  # tiny models run fastest on one CPU thread
             torch.set_num_threads(cfg.trainer.threads)
@@ -113,6 +115,7 @@ def train(cfg: DictConfig, run_dir: Path | str) -> dict[str, Any]:
             wandb.finish()
         dist.close()
         torch.set_num_threads(threads)
+        flush_denormals(flushed)
 
 
 def run_identity(cfg: DictConfig, task) -> dict[str, Any]:

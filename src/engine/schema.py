@@ -34,6 +34,7 @@ class TrainerSchema:
     device: str = "auto"
     num_workers: int = 0
     threads: int | None = None
+    flush_denormal: bool = True
     progress: str = "tqdm"
     nonfinite: str = "stop"
 

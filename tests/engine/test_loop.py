@@ -10,6 +10,8 @@ from conftest import compose
 from smoke.classification import TINY_IMAGENET
 
 from src.engine import train
+from src.engine.numerics import flush_denormals, flushing_denormals
+from src.engine.trainer import Trainer
 
 
 def losses(run_dir) -> list[float]:
@@ -78,3 +80,20 @@ def test_compiled_model_trains_like_the_eager_one(tmp_path):
     torch.testing.assert_close(
         torch.tensor(losses(compiled)), torch.tensor(losses(eager)), rtol=1e-4, atol=1e-5
     )
+
+
+def test_a_cpu_run_flushes_denormals_unless_told_not_and_restores_the_mode_after(tmp_path, monkeypatch):
+    if not torch.set_flush_denormal(True):
+        pytest.skip("this CPU cannot flush denormals (torch.set_flush_denormal needs x86 SSE3)")
+    torch.set_flush_denormal(False)
+    seen, fit = [], Trainer.fit
+    monkeypatch.setattr(Trainer, "fit", lambda self: seen.append(flushing_denormals()) or fit(self))
+    run(tmp_path, "flushed", "trainer.max_steps=1")
+    assert not flushing_denormals()
+    run(tmp_path, "kept", "trainer.max_steps=1", "trainer.flush_denormal=false")
+    previous = flush_denormals(True)
+    run(tmp_path, "kept_while_flushing", "trainer.max_steps=1", "trainer.flush_denormal=false")
+    restored = flushing_denormals()
+    flush_denormals(previous)
+    assert restored
+    assert seen == [True, False, False]
