@@ -40,9 +40,32 @@ def slurm_env():
     subprocess.run([SCRIPT, "start"], check=True, timeout=120)
     assert time.monotonic() - started < 60, "the local cluster should start in well under a minute"
     conf = subprocess.run([SCRIPT, "conf"], capture_output=True, text=True, check=True).stdout.strip()
-    yield {"SLURM_CONF": conf}
+    env = {"SLURM_CONF": conf}
+    if not already:  # jobs a stopped cluster left in its saved state come back as RUNNING or PENDING
+        clear_queue(env)
+    yield env
     if not already:
+        clear_queue(env, grace_s=60)  # stopping under a finishing job would leave it for the next start
         subprocess.run([SCRIPT, "stop"], check=True)
+
+
+def clear_queue(slurm_env: dict, grace_s: float = 0) -> None:
+    """Let the queue drain for up to ``grace_s``, then cancel what is left and wait until it is empty."""
+    env = {**os.environ, **slurm_env}
+
+    def queued() -> list[str]:
+        listed = subprocess.run(["squeue", "-h", "-o", "%i"], env=env, capture_output=True, text=True)
+        return listed.stdout.split()
+
+    deadline = time.monotonic() + grace_s
+    while queued() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    if left := queued():
+        subprocess.run(["scancel", *left], env=env, check=False)
+    deadline = time.monotonic() + 60
+    while queued():
+        assert time.monotonic() < deadline, f"jobs {queued()} still queued a minute after scancel"
+        time.sleep(0.5)
 
 
 def summaries(root: Path) -> list[dict]:
@@ -86,7 +109,9 @@ def final_states(job_ids: list[str], slurm_env: dict, wait_s: float = 60) -> lis
 
 
 def test_a_requeued_job_resumes_and_ends_like_an_uninterrupted_run(slurm_env, tmp_path):
-    args = ["trainer.max_steps=120", "trainer.checkpoint_every=10", "trainer.val_every=40", "attn=precond"]
+    # long enough (~20 s at 2 cores) that the requeue lands while the job trains: at 120 steps
+    # (~3 s) the job once finished before scontrol's signal reached it
+    args = ["trainer.max_steps=1000", "trainer.checkpoint_every=10", "trainer.val_every=250", "attn=precond"]
     env = {**os.environ, **slurm_env, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled"}
     launcher = subprocess.Popen(
         [sys.executable, "-m", "src.run", "-m", *args, "sweep_name=requeue", *ON_LOCAL_CLUSTER, *QUIET],
@@ -115,7 +140,7 @@ def test_a_requeued_job_resumes_and_ends_like_an_uninterrupted_run(slurm_env, tm
     ).stdout.split()
     assert "REQUEUED" in history
     steps = [json.loads(line)["step"] for line in metrics.read_text().splitlines()]
-    assert steps == sorted(steps) and steps[-1] == 120  # resumed: no step logged twice, none lost
+    assert steps == sorted(steps) and steps[-1] == 1000  # resumed: no step logged twice, none lost
 
     (tmp_path / "reference").mkdir()
     reference = run_cli(args, cwd=tmp_path / "reference")
@@ -140,3 +165,5 @@ def test_a_job_with_two_tasks_trains_with_ddp(slurm_env, tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     (summary,) = summaries(tmp_path / "outputs" / "multirun" / "ddp")
     assert summary["world_size"] == 2 and summary["steps"] == 10
+    job_ids = array_tasks(tmp_path / "outputs" / "multirun" / "ddp")
+    assert final_states(job_ids, slurm_env) == ["COMPLETED"]
