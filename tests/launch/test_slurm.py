@@ -139,6 +139,8 @@ def test_a_requeued_job_resumes_and_ends_like_an_uninterrupted_run(slurm_env, tm
         ["sacct", "-n", "-X", "-D", "-o", "State", "-j", job_id], env=env, capture_output=True, text=True
     ).stdout.split()
     assert "REQUEUED" in history
+    (log,) = (tmp_path / "outputs" / "multirun" / "requeue" / ".submitit" / job_id).glob("*_log.out")
+    assert log.read_text().count("Starting with JobEnvironment") == 2  # killed mid-run, started again
     steps = [json.loads(line)["step"] for line in metrics.read_text().splitlines()]
     assert steps == sorted(steps) and steps[-1] == 1000  # resumed: no step logged twice, none lost
 
