@@ -84,8 +84,8 @@ def test_killed_at_ten_random_steps_a_run_ends_bit_identical(tmp_path):
     assert run_cli(args, cwd=tmp_path / "killed").returncode == 0
 
     whole, killed = only_run(tmp_path / "whole"), only_run(tmp_path / "killed")
-    a, b = (json.loads((r / "summary.json").read_text()) for r in (whole, killed))
-    assert a["final"] == b["final"] and a["best"] == b["best"] and b["steps"] == 120
+    ended, resumed = (json.loads((r / "summary.json").read_text()) for r in (whole, killed))
+    assert ended["final"] == resumed["final"] and ended["best"] == resumed["best"] and resumed["steps"] == 120
     assert comparable(whole) == comparable(killed)
     a, b = weights(whole), weights(killed)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
