@@ -1,14 +1,17 @@
-"""Hydra callbacks: checks that fail a sweep before it submits anything."""
+"""Hydra callbacks: checks that fail a run or a sweep before it starts, in one message."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
+from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from src.errors import ConfigError
 
@@ -45,3 +48,36 @@ class LauncherCheck(Callback):
                 "timed out" if probe is None else (probe.stderr.strip().splitlines() or ["no output"])[-1]
             )
             raise ConfigError(f"hydra/launcher=slurm: SLURM's controller does not answer (sinfo: {detail})")
+
+
+class OutputDirCheck(Callback):
+    """The run folder (or the sweep's) must be writable before Hydra sets up its log file there:
+    otherwise Hydra's logging dies first, in a traceback that never says what to change.
+    Like :class:`LauncherCheck`, it prints its message and exits with status 2 itself."""
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self._check(config, "hydra.run.dir")
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self._check(config, "hydra.sweep.dir")
+
+    def _check(self, config: DictConfig, key: str) -> None:
+        try:
+            HydraConfig.instance().set_config(config)  # the folder's name reads hydra:job.* values
+            check_writable(Path(str(OmegaConf.select(config, key))))
+        except ConfigError as error:
+            print(f"error: {error}", file=sys.stderr)
+            raise SystemExit(2) from error
+
+
+def check_writable(folder: Path) -> None:
+    """Create ``folder`` if needed and write a file in it, or say why not."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-check-"):
+            pass
+    except OSError as error:
+        raise ConfigError(
+            f"cannot write the run folder {folder} ({error.strerror or error}): set paths.output_dir "
+            "(or OUTPUT_DIR) to a folder you can write, or fix hydra.run.dir / hydra.sweep.dir"
+        ) from error

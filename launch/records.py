@@ -1,9 +1,15 @@
 """Reading runs back: the run folders the suite writes, or the same numbers from W&B.
 
 A run folder is a folder with the suite's ``config.yaml`` or Hydra's ``.hydra/config.yaml``.
-Its status: ``completed`` (a summary says so), ``failed`` (a summary with the error line),
-or ``incomplete`` (no summary: killed, timed out, still running, or died before its first
-write), so the report can list every run that did not finish instead of dropping it.
+Its status: ``completed`` (a summary says so), ``failed`` (a summary with the error line, after
+training), ``failed to start`` (it failed, or died, before its first step: its error from
+``failures.jsonl`` or the summary), ``incomplete`` (rows but no summary: killed, timed out or
+still running), or ``unreadable`` (a damaged record, named), so the report lists every run that
+did not finish instead of dropping it.
+
+Each run also carries its identity (:mod:`src.engine.identity`) without the seed: runs that
+share it are seeds of one experiment; runs that differ in anything else (a variant's option, the
+run length, the data) are different experiments, whatever their folders are called.
 """
 
 from __future__ import annotations
@@ -16,6 +22,9 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from src.engine.identity import Identity, flatten
+from src.engine.record import RecordError, read_metrics
+
 
 @dataclass
 class Run:
@@ -26,64 +35,144 @@ class Run:
     backbone: str
     attn: str
     seed: int
-    status: str  # completed | failed | incomplete
+    status: str  # completed | failed | failed to start | incomplete | unreadable
     metric: str | None = None
+    metric_mode: str | None = None  # max | min, from summary.json (None: unknown)
     final: dict[str, float] = field(default_factory=dict)
     rows: list[dict[str, Any]] = field(default_factory=list)  # metrics.jsonl
     error: str | None = None
     steps_per_epoch: int | None = None
+    identity: Identity = field(default_factory=lambda: Identity({}))  # without the seed
 
     @property
     def key(self) -> tuple[str, str, str]:
         return self.task, self.backbone, self.attn
 
+    @property
+    def experiment(self) -> str:
+        """The hash of the run's identity without its seed: what its seeds share."""
+        return self.identity.hash
+
+    @property
+    def higher_is_better(self) -> bool:
+        if self.metric_mode in ("max", "min"):
+            return self.metric_mode == "max"
+        words = ("loss", "ppl", "perplexity", "error")  # a summary from before metric_mode
+        return not any(word in (self.metric or "") for word in words)
+
     def series(self, key: str, split: str = "val") -> tuple[list[int], list[float]]:
-        """``(steps, values)`` of one logged quantity."""
-        points = [(r["step"], r[key]) for r in self.rows if r.get("split") == split and key in r]
+        """``(steps, values)`` of one logged quantity (steps where it was not finite left out)."""
+        points = [
+            (r["step"], r[key]) for r in self.rows if r.get("split") == split and r.get(key) is not None
+        ]
         return [s for s, _ in points], [float(v) for _, v in points]
 
 
 def find_run_dirs(roots: Iterable[Path]) -> list[Path]:
     """Every run folder under ``roots`` (a root may itself be one): a folder with Hydra's
-    ``.hydra/config.yaml``, or with the suite's ``config.yaml`` beside its metrics."""
+    ``.hydra/config.yaml``, or with the suite's ``config.yaml`` beside its metrics; folders
+    moved aside by ``trainer.resume=restart`` (``superseded/``) are not current runs."""
     found = set()
     for root in map(Path, roots):
-        found.update(p.parent.parent for p in root.glob("**/.hydra/config.yaml"))
-        found.update(p.parent for p in root.glob("**/config.yaml") if (p.parent / "metrics.jsonl").exists())
+        here = {p.parent.parent for p in root.glob("**/.hydra/config.yaml")}
+        here |= {p.parent for p in root.glob("**/config.yaml") if (p.parent / "metrics.jsonl").exists()}
+        found |= {f for f in here if "superseded" not in f.relative_to(root).parts}
     return sorted(found)
 
 
 def read_run(folder: Path) -> Run:
     """A run folder as a :class:`Run` (whatever state it was left in)."""
-    config_path = (
-        folder / "config.yaml" if (folder / "config.yaml").exists() else folder / ".hydra" / "config.yaml"
-    )
-    cfg = OmegaConf.load(config_path)
+    config, identity = run_config(folder)
     run = Run(
         name=str(folder),
-        task=str(OmegaConf.select(cfg, "task.name")),
-        backbone=str(OmegaConf.select(cfg, "backbone.name")),
-        attn=str(OmegaConf.select(cfg, "attn.variant")),
-        seed=int(OmegaConf.select(cfg, "seed", default=0)),
+        task=str(OmegaConf.select(config, "task.name")),
+        backbone=str(OmegaConf.select(config, "backbone.name")),
+        attn=str(OmegaConf.select(config, "attn.variant")),
+        seed=int(OmegaConf.select(config, "seed", default=0)),
         status="incomplete",
+        identity=identity.without("seed"),
     )
-    metrics = folder / "metrics.jsonl"
-    if metrics.exists():
-        run.rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
-    summary_path = folder / "summary.json"
-    if summary_path.exists():
-        summary = json.loads(summary_path.read_text())
+    try:
+        run.rows = read_metrics(folder)
+        path = folder / "summary.json"
+        summary = json.loads(path.read_text()) if path.exists() else None
+    except (RecordError, ValueError) as error:
+        run.status, run.error = "unreadable", f"{type(error).__name__}: {error}"
+        return run
+    if summary is not None:
         run.status = summary.get("status", "completed")
-        run.metric, run.final = summary.get("metric"), summary.get("final") or {}
+        run.metric, run.metric_mode = summary.get("metric"), summary.get("metric_mode")
+        run.final = {k: v for k, v in (summary.get("final") or {}).items() if v is not None}
         run.error, run.steps_per_epoch = summary.get("error"), summary.get("steps_per_epoch")
-    else:
-        last = max((r["step"] for r in run.rows), default=0)
+        if run.status == "failed" and not run.rows and not trained(folder):
+            run.status = "failed to start"
+    elif run.rows:
+        last = max(r["step"] for r in run.rows)
         run.error = f"no summary.json: killed, timed out or still running (last logged step {last})"
+    else:
+        run.status = "failed to start"
+        run.error = last_failure(folder) or (
+            "no record: it died before writing anything (killed while starting?), or is starting now"
+        )
     return run
+
+
+def run_config(folder: Path) -> tuple[Any, Identity]:
+    """The run's config and its identity: ``identity.json``'s, else one computed from the saved
+    config (Hydra's unresolved one resolves what it can)."""
+    own = folder / "config.yaml"
+    cfg = OmegaConf.load(own if own.exists() else folder / ".hydra" / "config.yaml")
+    saved = folder / "identity.json"
+    if saved.exists():
+        try:
+            return cfg, Identity(json.loads(saved.read_text())["config"])
+        except (ValueError, KeyError):
+            pass
+    try:
+        return cfg, Identity.of(OmegaConf.to_container(cfg, resolve=True))
+    except Exception:  # noqa: BLE001  Hydra's ${hydra:…} or ${oc.env:…} cannot resolve here
+        return cfg, Identity.of(OmegaConf.to_container(cfg, resolve=False))
+
+
+def trained(folder: Path) -> bool:
+    checkpoints = folder / "checkpoints"
+    return checkpoints.is_dir() and any(checkpoints.iterdir())
+
+
+def last_failure(folder: Path) -> str | None:
+    """The error line of the last session that failed in ``folder`` (``failures.jsonl``)."""
+    path = folder / "failures.jsonl"
+    if not path.exists():
+        return None
+    for line in reversed(path.read_text(errors="replace").splitlines()):
+        try:
+            return json.loads(line).get("error")
+        except ValueError:
+            continue
+    return None
 
 
 def read_runs(roots: Iterable[Path]) -> list[Run]:
     return [read_run(folder) for folder in find_run_dirs(roots)]
+
+
+def options(runs: Iterable[Run]) -> dict[str, dict[str, Any]]:
+    """For each experiment (:attr:`Run.experiment`), the settings that tell it apart from the
+    other experiments of the same task and backbone: ``{"attn.lam": 10.0, "trainer.max_steps": 100}``
+    (the variant's name is the table's own column and is left out)."""
+    by_experiment = {r.experiment: r for r in runs}
+    flat = {e: flatten(r.identity.config) for e, r in by_experiment.items()}
+    out = {}
+    for experiment, run in by_experiment.items():
+        peers = [
+            flat[e]
+            for e, other in by_experiment.items()
+            if (other.task, other.backbone) == (run.task, run.backbone)
+        ]
+        keys = {k for f in peers for k in f}
+        differing = sorted(k for k in keys if len({json.dumps(f.get(k), default=str) for f in peers}) > 1)
+        out[experiment] = {k: flat[experiment].get(k) for k in differing if k != "attn.variant"}
+    return out
 
 
 def read_wandb(path: str, api: Any = None) -> list[Run]:
@@ -117,9 +206,11 @@ def read_wandb(path: str, api: Any = None) -> list[Run]:
                 seed=int(cfg.get("seed", 0)),
                 status=state if final or state != "completed" else "incomplete",
                 metric=cfg["task"].get("metric"),
+                metric_mode=r.summary.get("metric_mode"),
                 final=final,
                 rows=rows,
                 error=None if state == "completed" else f"W&B state {r.state}",
+                identity=Identity.of(dict(cfg)).without("seed"),
             )
         )
     return runs

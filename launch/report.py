@@ -1,10 +1,14 @@
 """Turn run records into the papers' tables: ``python -m launch.report RUN_DIRS… [--wandb E/P]``.
 
-Groups completed runs by task × backbone × variant and writes ``report.md`` (mean ± std of
-the main metric over seeds, the number of seeds, the paper's number and gain beside ours),
-the P4-style steps each variant needs to reach ``standard``'s final metric, PNG plots (the
-metric over training per variant with a band over seeds; κ over training), and the list of
-runs that failed or never finished, with their error line.
+Groups completed runs by experiment, their identity without the seed (task, backbone, variant
+and its options, and every other setting: run length, recipe, data), and writes ``report.md``
+(mean ± std of the main metric over seeds, the number of seeds, the paper's number and gain
+beside ours; the settings that tell experiments of one task and backbone apart), the P4-style
+steps each variant needs to reach ``standard``'s final metric, PNG plots (the metric over
+training per experiment with a band over seeds; κ over training), the runs that failed, failed
+to start or never finished, with their error line, and the duplicates (two runs of one identity
+and seed: counted once). Which way a metric is better comes from ``summary.json``'s
+``metric_mode``.
 """
 
 from __future__ import annotations
@@ -13,22 +17,18 @@ import argparse
 import statistics
 import sys
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .paper import P4_EPOCHS_TO_TARGET, PaperNumber, lookup
-from .records import Run, read_runs, read_wandb
+from .records import Run, options, read_runs, read_wandb
 
 KAPPAS = ["W_Q", "W_K", "W_V", "X", "P", "A"]
 
 
-def higher_is_better(metric: str) -> bool:
-    return not any(word in metric for word in ("loss", "ppl", "perplexity", "error"))
-
-
 @dataclass
 class Cell:
-    """One task × backbone × variant over its seeds."""
+    """One experiment (a task × backbone × variant with all its settings) over its seeds."""
 
     task: str
     backbone: str
@@ -36,7 +36,14 @@ class Cell:
     metric: str
     values: list[float]
     paper: PaperNumber | None
-    baseline_mean: float | None = None  # our `standard` on the same task and backbone
+    baseline_mean: float | None = None  # our `standard` in the same setting
+    options: dict = field(default_factory=dict)  # what tells it apart from its neighbours
+    seeds: list[int] = field(default_factory=list)
+    context: str = ""  # the identity without the variant and the seed: where its baseline is
+
+    @property
+    def label(self) -> str:
+        return describe(self.options)
 
     @property
     def n(self) -> int:
@@ -55,14 +62,36 @@ class Cell:
         return None if self.baseline_mean is None else self.mean - self.baseline_mean
 
 
+def describe(settings: dict) -> str:
+    """``lam=10, trainer.max_steps=100`` (a variant's own options without their ``attn.``)."""
+    if not settings:
+        return "—"
+    return ", ".join(f"{k.removeprefix('attn.')}={v}" for k, v in settings.items())
+
+
+def experiments(runs: list[Run]) -> tuple[dict[tuple, list[Run]], list[tuple[Run, Run]]]:
+    """Completed runs grouped by (task, backbone, variant, experiment); and the duplicates left
+    out, each as ``(kept, duplicate)``: same identity and seed, so the same run twice."""
+    groups: dict[tuple, list[Run]] = defaultdict(list)
+    duplicates = []
+    for run in sorted(runs, key=lambda r: r.name):
+        if run.status != "completed" or run.metric not in run.final:
+            continue
+        members = groups[(*run.key, run.experiment)]
+        twin = next((m for m in members if m.seed == run.seed), None)
+        if twin is not None:
+            duplicates.append((twin, run))
+        else:
+            members.append(run)
+    return groups, duplicates
+
+
 def table(runs: list[Run]) -> list[Cell]:
     """The cells of completed runs, each with the paper's number and our baseline's mean."""
-    groups: dict[tuple[str, str, str], list[Run]] = defaultdict(list)
-    for run in runs:
-        if run.status == "completed" and run.metric in run.final:
-            groups[run.key].append(run)
+    groups, _ = experiments(runs)
+    settings = options(runs)
     cells = []
-    for (task, backbone, attn), members in sorted(groups.items()):
+    for (task, backbone, attn, experiment), members in sorted(groups.items(), key=lambda kv: kv[0][:3]):
         metric = members[0].metric
         cells.append(
             Cell(
@@ -72,11 +101,14 @@ def table(runs: list[Run]) -> list[Cell]:
                 metric,
                 [r.final[metric] for r in members],
                 lookup(task, backbone, attn, metric),
+                options=settings.get(experiment, {}),
+                seeds=[r.seed for r in members],
+                context=members[0].identity.without("attn").hash,
             )
         )
-    baselines = {(c.task, c.backbone): c.mean for c in cells if c.attn == "standard"}
+    baselines = {(c.task, c.backbone, c.context): c.mean for c in cells if c.attn == "standard"}
     for c in cells:
-        c.baseline_mean = baselines.get((c.task, c.backbone))
+        c.baseline_mean = baselines.get((c.task, c.backbone, c.context))
     return cells
 
 
@@ -92,6 +124,7 @@ class Convergence:
     seeds: int
     ratio: float | None
     epochs: float | None
+    options: dict = field(default_factory=dict)
 
 
 def first_reaching(steps: list[int], values: list[float], target: float, higher: bool) -> int | None:
@@ -108,25 +141,28 @@ def convergence(runs: list[Run], metric: str | None = None) -> list[Convergence]
     The baseline itself counts its whole budget (its last step), as P4's table does (300 of
     300 epochs); a variant's figure is the median over the seeds that reach the target.
     """
-    done = [r for r in runs if r.status == "completed" and (metric or r.metric) in r.final]
+    groups, _ = experiments([r for r in runs if (metric or r.metric) in r.final])
+    settings = options(runs)
+    contexts: dict[tuple, list[list[Run]]] = defaultdict(list)  # the same setting, any variant
+    for members in groups.values():
+        first = members[0]
+        contexts[(first.task, first.backbone, first.identity.without("attn").hash)].append(members)
     out = []
-    for task, backbone in sorted({(r.task, r.backbone) for r in done}):
-        group = [r for r in done if (r.task, r.backbone) == (task, backbone)]
-        base = [r for r in group if r.attn == "standard"]
-        if not base:
+    for (task, backbone, _), experiments_here in sorted(contexts.items(), key=lambda kv: kv[0][:2]):
+        base = next((m for m in experiments_here if m[0].attn == "standard"), None)
+        if base is None:
             continue
         key = metric or base[0].metric
+        higher = base[0].higher_is_better if key == base[0].metric else "loss" not in key
         target = statistics.fmean(r.final[key] for r in base)
         budget = statistics.median(max(r.series(key)[0], default=0) for r in base)
-        for attn in sorted({r.attn for r in group}):
-            members = [r for r in group if r.attn == attn]
-            if attn == "standard":
+        ordered = sorted(experiments_here, key=lambda m: (m[0].attn, describe(settings[m[0].experiment])))
+        for members in ordered:
+            if members is base:
                 hits = [max(r.series(key)[0], default=0) for r in members]
             else:
                 hits = [
-                    s
-                    for r in members
-                    if (s := first_reaching(*r.series(key), target, higher_is_better(key))) is not None
+                    s for r in members if (s := first_reaching(*r.series(key), target, higher)) is not None
                 ]
             steps = statistics.median(hits) if hits else None
             per_epoch = members[0].steps_per_epoch
@@ -134,12 +170,13 @@ def convergence(runs: list[Run], metric: str | None = None) -> list[Convergence]
                 Convergence(
                     task,
                     backbone,
-                    attn,
+                    members[0].attn,
                     steps,
                     len(hits),
                     len(members),
                     ratio=None if steps is None or not budget else steps / budget,
                     epochs=None if steps is None or not per_epoch else steps / per_epoch,
+                    options=settings[members[0].experiment],
                 )
             )
     return out
@@ -157,12 +194,14 @@ def markdown(cells: list[Cell], conv: list[Convergence], runs: list[Run]) -> str
     lines = [
         "# Results",
         "",
-        "Main metric per task × backbone × variant: mean ± std over seeds (accuracies and COCO APs in %). "
-        "*gain*: against our `standard` on the same task and backbone. *paper*: the number "
-        "METHODS.md quotes and its gain over the same paper's baseline.",
+        "Main metric per experiment: mean ± std over seeds (accuracies and COCO APs in %). An experiment "
+        "is a run's whole configuration but its seed; *settings* lists what tells it apart from the "
+        "other experiments of its task and backbone. *gain*: against our `standard` in the same "
+        "settings. *paper*: the number METHODS.md quotes and its gain over the same paper's baseline.",
         "",
-        "| task | backbone | variant | metric | ours | n | gain | paper | paper gain | ours − paper |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| task | backbone | variant | settings | metric | ours | n | gain | paper | paper gain "
+        "| ours − paper |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for c in cells:
         p = c.paper
@@ -170,7 +209,7 @@ def markdown(cells: list[Cell], conv: list[Convergence], runs: list[Run]) -> str
         paper_gain = fmt(p.value - p.baseline, c.metric) if p and c.attn != "standard" else "—"
         diff = fmt(c.mean - p.value, c.metric) if p else "—"
         lines.append(
-            f"| {c.task} | {c.backbone} | {c.attn} | {c.metric} | {fmt(c.mean, c.metric)} ± "
+            f"| {c.task} | {c.backbone} | {c.attn} | {c.label} | {c.metric} | {fmt(c.mean, c.metric)} ± "
             f"{fmt(c.std, c.metric)} | {c.n} | {fmt(c.gain, c.metric)} | {paper} | {paper_gain} | {diff} |"
         )
     lines += [
@@ -180,8 +219,8 @@ def markdown(cells: list[Cell], conv: list[Convergence], runs: list[Run]) -> str
         "Median over the seeds that reach it; the ratio is to `standard`'s budget. "
         "P4 reports cond_init at 0.70× the default's epochs on ImageNet.",
         "",
-        "| task | backbone | variant | steps | epochs | reached | ratio | P4 ratio |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| task | backbone | variant | settings | steps | epochs | reached | ratio | P4 ratio |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for v in conv:
         p4 = P4_EPOCHS_TO_TARGET.get(v.backbone, {}) if v.task == "imagenet" else {}
@@ -190,7 +229,8 @@ def markdown(cells: list[Cell], conv: list[Convergence], runs: list[Run]) -> str
         epochs = "—" if v.epochs is None else f"{v.epochs:.1f}"
         ratio = "—" if v.ratio is None else f"{v.ratio:.2f}"
         lines.append(
-            f"| {v.task} | {v.backbone} | {v.attn} | {steps} | {epochs} | {v.reached}/{v.seeds} | "
+            f"| {v.task} | {v.backbone} | {v.attn} | {describe(v.options)} | {steps} | {epochs} | "
+            f"{v.reached}/{v.seeds} | "
             f"{ratio} | {p4_ratio} |"
         )
     failed = [r for r in runs if r.status != "completed"]
@@ -206,25 +246,37 @@ def markdown(cells: list[Cell], conv: list[Convergence], runs: list[Run]) -> str
         ]
     else:
         lines.append("None.")
+    _, duplicates = experiments(runs)
+    if duplicates:
+        heading = f"## Duplicate runs ({len(duplicates)}): the same experiment and seed, counted once"
+        lines += ["", heading, ""]
+        lines += [f"- {dup.name} repeats {kept.name} (seed {kept.seed})" for kept, dup in duplicates]
     return "\n".join(lines) + "\n"
 
 
 def plot(runs: list[Run], out: Path) -> list[Path]:
-    """Per task × backbone: the main metric over training, and κ over training, per variant."""
+    """Per task × backbone: the main metric over training, and κ over training, per experiment
+    (its variant, and its settings where the experiments of that task and backbone differ)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     written = []
-    done = [r for r in runs if r.rows and r.metric]
+    done = [r for r in runs if r.rows and r.metric and r.status != "unreadable"]
+    settings = options(runs)
+
+    def label(run: Run) -> str:
+        extra = describe(settings.get(run.experiment, {}))
+        return run.attn if extra == "—" else f"{run.attn} ({extra})"
+
     for task, backbone in sorted({(r.task, r.backbone) for r in done}):
         group = [r for r in done if (r.task, r.backbone) == (task, backbone)]
-        variants = sorted({r.attn for r in group})
+        labels = sorted({label(r) for r in group})
         metric = group[0].metric
         fig, ax = plt.subplots(figsize=(6, 4))
-        for attn in variants:
-            _band(ax, [r.series(metric) for r in group if r.attn == attn], attn)
+        for name in labels:
+            _band(ax, [r.series(metric) for r in group if label(r) == name], name)
         ax.set(xlabel="step", ylabel=metric, title=f"{task} · {backbone}")
         ax.legend(fontsize=8)
         written.append(_save(fig, out / f"curves_{task}_{backbone}.png"))
@@ -233,10 +285,9 @@ def plot(runs: list[Run], out: Path) -> list[Path]:
         if monitored:
             fig, axes = plt.subplots(1, len(monitored), figsize=(3.2 * len(monitored), 3), squeeze=False)
             for ax, k in zip(axes[0], monitored, strict=True):
-                for attn in variants:
-                    _band(
-                        ax, [r.series(f"kappa/{k}/median", "monitor") for r in group if r.attn == attn], attn
-                    )
+                for name in labels:
+                    series = [r.series(f"kappa/{k}/median", "monitor") for r in group if label(r) == name]
+                    _band(ax, series, name)
                 ax.set(yscale="log", xlabel="step", title=f"median κ({k})")
             axes[0][0].legend(fontsize=7)
             fig.suptitle(f"{task} · {backbone}")

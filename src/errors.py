@@ -16,3 +16,16 @@ class ConfigError(SuiteError):
 
 class DataError(SuiteError):
     """Data that cannot be read: missing folders or files, a corrupt or empty file."""
+
+
+def message_of(error: BaseException) -> str:
+    """The message a user should read. An error raised in a DataLoader worker comes back from
+    torch with the worker's whole traceback as its message ("Caught DataError in DataLoader
+    worker process 0. Original Traceback …"); this returns the original message alone."""
+    text = str(error)
+    if " in DataLoader worker process " in text and "Original Traceback" in text:
+        marker = f"{type(error).__module__}.{type(error).__qualname__}: "
+        at = text.rfind(marker)
+        if at >= 0:
+            return text[at + len(marker) :].strip()
+    return text

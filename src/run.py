@@ -15,7 +15,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from src.engine import train
-from src.errors import SuiteError
+from src.errors import SuiteError, message_of
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
@@ -28,7 +28,7 @@ def main(cfg: DictConfig) -> float | None:
         cause = user_error(e)
         if cause is None or hydra_cfg.mode == RunMode.MULTIRUN:
             raise  # in a sweep, Hydra records the failure and runs the other jobs
-        print(f"error: {cause}", file=sys.stderr)
+        print(f"error: {message_of(cause)}", file=sys.stderr)
         sys.exit(2)
     return summary["final"].get(summary["metric"])
 

@@ -106,28 +106,43 @@ def short_run(tmp_path: Path, name: str, *extra: str) -> dict:
     return train(cfg, tmp_path / name)
 
 
-def test_a_corrupt_last_checkpoint_falls_back_to_the_previous_one(tmp_path):
+def test_a_corrupt_last_checkpoint_falls_back_to_the_previous_one_and_is_set_aside(tmp_path):
     whole = short_run(tmp_path, "whole")
     run = tmp_path / "damaged"
     short_run(tmp_path, "damaged")  # the same run: last.pt at step 20, previous.pt at step 15
+    (run / "summary.json").unlink()  # as if killed after its last checkpoint
     last = run / "checkpoints" / "last.pt"
     last.write_bytes(last.read_bytes()[: last.stat().st_size // 2])  # truncated, as a full disk leaves it
+    damaged = last.read_bytes()
     with pytest.warns(
-        UserWarning, match=r"unreadable checkpoint .*last\.pt.*resuming from .*previous\.pt \(step 15\)"
+        UserWarning,
+        match=r"unreadable checkpoint .*last\.pt \(RuntimeError: PytorchStreamReader failed reading zip "
+        r"archive: failed finding central directory\), moved to last\.pt\.corrupt; resuming from "
+        r".*previous\.pt \(step 15\)",
     ):
         resumed = short_run(tmp_path, "damaged")  # steps 16-20 again
     assert resumed["final"] == whole["final"] and resumed["best"] == whole["best"]
     assert comparable(run) == comparable(tmp_path / "whole")
     a, b = weights(tmp_path / "whole"), weights(run)
     assert all(torch.equal(a[k], b[k]) for k in a)
+    # the damaged file is kept aside, never rotated: previous.pt is still the good step-15 one
+    assert (run / "checkpoints" / "last.pt.corrupt").read_bytes() == damaged
+    assert checkpoint.load(run / "checkpoints" / "previous.pt")["loop"]["step"] == 15
 
 
-def test_two_unreadable_checkpoints_are_one_clear_error(tmp_path):
+def test_two_unreadable_checkpoints_are_one_clear_error_and_stay_where_they_are(tmp_path):
     short_run(tmp_path, "run", "trainer.max_steps=10")
+    (tmp_path / "run" / "summary.json").unlink()  # as if killed after its last checkpoint
     for name in ("last.pt", "previous.pt"):
         (tmp_path / "run" / "checkpoints" / name).write_bytes(b"not a checkpoint")
-    with pytest.raises(CheckpointError, match=r"no readable checkpoint: .*last\.pt.*previous\.pt"):
-        short_run(tmp_path, "run")
+    with pytest.raises(CheckpointError) as error:
+        short_run(tmp_path, "run", "trainer.max_steps=10")
+    message = str(error.value)
+    assert "no readable checkpoint in" in message and "trainer.resume=restart" in message
+    # each file's reason whole: torch's paragraph reduced to its point, never cut mid-sentence
+    assert message.count("refused by torch's safe loader: Unsupported operand") == 2
+    assert "Weights only load failed" not in message and "\n" not in message
+    assert {p.name for p in (tmp_path / "run" / "checkpoints").iterdir()} == {"last.pt", "previous.pt"}
 
 
 # -- 2. sweeps keep what finished -------------------------------------------------------------

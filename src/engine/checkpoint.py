@@ -4,8 +4,9 @@
 stream's position, every RNG state and the loop's running state. It is written to a
 temporary file and renamed, so a kill never leaves half a checkpoint, and the one it
 replaces is kept as ``previous.pt``: if ``last.pt`` is truncated or corrupt (a full disk, a
-copy gone wrong), :func:`load_latest` says so and resumes from ``previous.pt``. Checkpoints
-load with ``weights_only=True`` (RNG states are stored as tensors and plain Python values).
+copy gone wrong), :func:`load_latest` says so, moves it aside to ``last.pt.corrupt`` (never into
+the rotation) and resumes from ``previous.pt``. Checkpoints load with ``weights_only=True`` (RNG
+states are stored as tensors and plain Python values).
 """
 
 from __future__ import annotations
@@ -85,26 +86,61 @@ def load(path: Path, device: torch.device | str = "cpu") -> dict[str, Any]:
     return torch.load(path, map_location=device, weights_only=True)
 
 
-def load_latest(path: Path, device: torch.device | str = "cpu") -> dict[str, Any] | None:
-    """The newest readable checkpoint: ``path`` (``last.pt``), else ``previous.pt`` beside it,
-    with a warning that names the unreadable file; None when the run has none yet."""
+def load_latest(
+    path: Path, device: torch.device | str = "cpu", set_aside: bool = True
+) -> tuple[dict[str, Any], Path] | None:
+    """The newest readable checkpoint and its path: ``path`` (``last.pt``), else ``previous.pt``
+    beside it; None when the run has none yet.
+
+    An unreadable ``last.pt`` (truncated, corrupt, or refused by the safe loader) is moved to
+    ``last.pt.corrupt`` (``set_aside``, the main process) with a warning, so that the next save
+    cannot rotate it into ``previous.pt`` over the good one. When neither can be read, both stay
+    where they are and :class:`CheckpointError` says why for each."""
     candidates = [p for p in (path, path.with_name(PREVIOUS)) if p.exists()]
-    failures = []
+    failures: list[tuple[Path, str]] = []
     for candidate in candidates:
         try:
             state = load(candidate, device)
         except Exception as error:  # noqa: BLE001  truncated, corrupt, or not a checkpoint
-            failures.append(f"{candidate} ({type(error).__name__}: {str(error).splitlines()[0][:200]})")
+            failures.append((candidate, unreadable_reason(error)))
             continue
         if failures:
+            bad, reason = failures[0]
+            aside = set_aside_path(bad) if set_aside else None
+            if aside is not None:
+                os.replace(bad, aside)
             warnings.warn(
-                f"unreadable checkpoint {failures[0]}; resuming from {candidate} "
-                f"(step {state['loop']['step']})",
+                f"unreadable checkpoint {bad} ({reason})"
+                + (f", moved to {aside.name}" if aside is not None else "")
+                + f"; resuming from {candidate} (step {state['loop']['step']})",
                 stacklevel=2,
             )
-        return state
+        return state, candidate
     if failures:
+        listed = "; ".join(f"{p.name}: {reason}" for p, reason in failures)
         raise CheckpointError(
-            f"no readable checkpoint: {'; '.join(failures)}. Delete the folder's checkpoints/ to start over"
+            f"no readable checkpoint in {path.parent} ({listed}). The record is left as it is: "
+            "trainer.resume=restart moves it to superseded/ and starts over"
         )
     return None
+
+
+def set_aside_path(path: Path) -> Path:
+    """``last.pt.corrupt``, or ``last.pt.corrupt.<n>`` when that is taken."""
+    aside, n = path.with_name(path.name + ".corrupt"), 1
+    while aside.exists():
+        aside, n = path.with_name(f"{path.name}.corrupt.{n}"), n + 1
+    return aside
+
+
+def unreadable_reason(error: Exception) -> str:
+    """Why a checkpoint could not be read, in one line (torch's own texts run to a paragraph)."""
+    text = str(error)
+    if "Weights only load failed" in text:
+        boilerplate = ("Weights only load failed", "Please file an issue", "Check the documentation")
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        detail = " ".join(line for line in lines if not line.startswith(boilerplate))
+        return f"refused by torch's safe loader: {detail.removeprefix('WeightsUnpickler error:').strip()}"
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    first = first.split(". This is an internal")[0]  # the zip reader's advice follows
+    return f"{type(error).__name__}: {first}".rstrip(": ")

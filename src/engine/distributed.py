@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -44,6 +45,14 @@ class Dist:
             values = values.clone()
             dist.all_reduce(values)
         return values
+
+    def share(self, value: Any) -> Any:
+        """The main process's ``value`` on every process (pickled; a no-op with one)."""
+        if self.world == 1:
+            return value
+        box = [value]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
 
     def barrier(self) -> None:
         if self.world > 1:

@@ -1,9 +1,15 @@
-"""One run from a composed config: check it, build task, model, variant, optimizer, schedule
-and loop from their groups, train, and write the record.
+"""One run from a composed config: check it, open the run folder's record (:mod:`.session`),
+build task, model, variant, optimizer, schedule and loop from their groups, train, and write the
+summary. A failure is appended to ``failures.jsonl``; ``summary.json`` says ``failed`` only when
+this session trained or the record had no summary (a completed record is never rewritten by a
+session that did not train).
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -14,17 +20,21 @@ from omegaconf import DictConfig, OmegaConf
 from timm.utils import ModelEmaV3
 
 from src import attention
-from src.errors import ConfigError
+from src.errors import ConfigError, message_of
 
 from .distributed import Dist
+from .identity import git_revision
 from .numerics import flush_denormals
 from .optim import build_optimizer, build_scheduler
-from .record import RunRecord, WandbLogger, git_revision
+from .record import RunRecord
 from .schema import check_values
 from .seeding import seed_everything
+from .session import RunSession, Session
+from .tracking import WandbLogger
 from .trainer import Trainer
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+log = logging.getLogger(__name__)
 
 
 def train(cfg: DictConfig, run_dir: Path | str) -> dict[str, Any]:
@@ -32,22 +42,42 @@ def train(cfg: DictConfig, run_dir: Path | str) -> dict[str, Any]:
     check_values(cfg)
     check_compatible(cfg)
     dist = Dist.setup(cfg.trainer.device)
-    record = RunRecord(Path(run_dir), enabled=dist.main)
-    wandb, trainer, task = None, None, None
     threads = torch.get_num_threads()
     flushed = flush_denormals(bool(cfg.trainer.get("flush_denormal")) and dist.device.type == "cpu")
+    try:
+        with RunSession(RunRecord(Path(run_dir), enabled=dist.main), cfg, dist) as session:
+            if session.kind == "complete":
+                summary = session.opening.summary or {}
+                log.info(
+                    "%s is already complete (%s steps): nothing to train; trainer.resume=restart trains "
+                    "it again (the record moves to superseded/)",
+                    session.record.dir,
+                    summary.get("steps"),
+                )
+                return summary
+            return train_session(cfg, session, dist)
+    finally:
+        dist.close()
+        torch.set_num_threads(threads)
+        flush_denormals(flushed)
+
+
+def train_session(cfg: DictConfig, session: Session, dist: Dist) -> dict[str, Any]:
+    """The session's training, with its failure recorded (see the module docstring)."""
+    record = session.record
+    wandb, trainer = None, None
     try:
         if cfg.trainer.get("threads"):  # tiny models run fastest on one CPU thread
             torch.set_num_threads(cfg.trainer.threads)
         task = instantiate(cfg.task)
         seed_everything(cfg.seed)
         if callable(getattr(task, "run", None)):  # a task with its own loop (detection: mmengine's Runner)
-            record.write_config(cfg)
-            if cfg.logger.name == "wandb" and dist.main:
-                wandb = WandbLogger(cfg.logger, record.dir, OmegaConf.to_container(cfg, resolve=True))
-            reached = task.run(cfg, record, dist, wandb)
+            wandb = open_wandb(cfg, session, dist)
+            reached = task.run(cfg, session, dist, wandb)
             summary = {**run_identity(cfg, task), **reached, "world_size": dist.world}
-            summary.update(git=git_revision(), status="completed")
+            summary.update(
+                sessions=session.sessions(reached["steps"]), git=git_revision(), status="completed"
+            )
             record.write_summary(summary)
             if wandb is not None:
                 wandb.finish({f"final/{k}": v for k, v in summary["final"].items()})
@@ -66,9 +96,7 @@ def train(cfg: DictConfig, run_dir: Path | str) -> dict[str, Any]:
         scheduler = build_scheduler(cfg.sched, optimizer, total_steps, steps_per_epoch)
         ema = ModelEmaV3(model, decay=cfg.trainer.ema) if cfg.trainer.ema else None
 
-        record.write_config(cfg)
-        if cfg.logger.name == "wandb" and dist.main:
-            wandb = WandbLogger(cfg.logger, record.dir, OmegaConf.to_container(cfg, resolve=True))
+        wandb = open_wandb(cfg, session, dist)
         trainer = Trainer(
             trainer_cfg,
             task,
@@ -76,7 +104,7 @@ def train(cfg: DictConfig, run_dir: Path | str) -> dict[str, Any]:
             optimizer,
             scheduler,
             datasets,
-            record,
+            session,
             dist,
             seed=cfg.seed,
             total_steps=total_steps,
@@ -98,6 +126,7 @@ def train(cfg: DictConfig, run_dir: Path | str) -> dict[str, Any]:
             "params": sum(p.numel() for p in model.parameters()),
             "world_size": dist.world,
             "device": str(dist.device),
+            "sessions": session.sessions(state.step),
             "git": git_revision(),
             "status": "completed",
         }
@@ -107,15 +136,57 @@ def train(cfg: DictConfig, run_dir: Path | str) -> dict[str, Any]:
             wandb = None
         return summary
     except Exception as error:
-        if record.enabled and (record.dir / "config.yaml").exists():  # the report lists it, with its error
-            record.write_summary(failure_summary(cfg, trainer, error))
+        record_failure(cfg, session, trainer, error)
         raise
     finally:
         if wandb is not None:
             wandb.finish()
-        dist.close()
-        torch.set_num_threads(threads)
-        flush_denormals(flushed)
+
+
+def open_wandb(cfg: DictConfig, session: Session, dist: Dist) -> WandbLogger | None:
+    """The record's W&B run (``logger=wandb``, main process), continued where the record was."""
+    if cfg.logger.name != "wandb" or not dist.main:
+        return None
+    return WandbLogger(
+        cfg.logger,
+        session.record.dir,
+        OmegaConf.to_container(cfg, resolve=True),
+        run_id=session.opening.wandb_id,
+        logged_through=session.opening.logged_through,
+    )
+
+
+def record_failure(cfg: DictConfig, session: Session, trainer: Trainer | None, error: Exception) -> None:
+    """Append the failure to ``failures.jsonl``; write it into ``summary.json`` only when this
+    session trained or there was no summary. Best effort: a full disk must not hide ``error``."""
+    record = session.record
+    steps = trainer.state.step if trainer is not None and record.touched else recorded_steps(record)
+    message = message_of(error).strip()
+    line = f"{type(error).__name__}: {message.splitlines()[0] if message else ''}"
+    record.add_failure(
+        {
+            "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "step": steps,
+            "trained": record.touched,
+            "error": line,
+            "code": session.current["code"],
+        }
+    )
+    try:
+        if record.touched or record.summary() is None:
+            record.write_summary(failure_summary(cfg, steps, line))
+    except Exception:  # noqa: BLE001  the error the user must see is the one being raised
+        pass
+
+
+def recorded_steps(record: RunRecord) -> int:
+    """How far the record got: its last logged step (0 when it has none or cannot be read)."""
+    try:
+        return record.last_logged_step() or 0
+    except Exception:  # noqa: BLE001
+        return 0
 
 
 def run_identity(cfg: DictConfig, task) -> dict[str, Any]:
@@ -131,18 +202,17 @@ def run_identity(cfg: DictConfig, task) -> dict[str, Any]:
     }
 
 
-def failure_summary(cfg: DictConfig, trainer: Trainer | None, error: Exception) -> dict[str, Any]:
+def failure_summary(cfg: DictConfig, steps: int, error_line: str) -> dict[str, Any]:
     """What a failed run leaves in ``summary.json``: what it was, how far it got, the error line."""
-    message = str(error).strip().splitlines()
     return {
         "task": cfg.task.name,
         "backbone": cfg.backbone.name,
         "attn": cfg.attn.variant,
         "seed": cfg.seed,
-        "steps": trainer.state.step if trainer is not None else 0,
+        "steps": steps,
         "metric": cfg.task.get("metric"),
         "status": "failed",
-        "error": f"{type(error).__name__}: {message[0] if message else ''}",
+        "error": error_line,
         "git": git_revision(),
     }
 

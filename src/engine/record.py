@@ -1,158 +1,259 @@
-"""The run record: the files every run leaves in its folder, and W&B beside them.
+"""The run record: the files every run leaves in its folder, and the one way to read them.
 
-``config.yaml`` (resolved), ``metrics.jsonl`` (one JSON object per logged step, with
-``step`` and ``split``), ``summary.json`` (what the run was and what it reached). The files
-are the record of truth; W&B, when on, receives the same numbers, and its failures are
-reported once and never stop training.
+=================  ===========================================================================
+``config.yaml``    the resolved config (written when the record starts, never by a rerun)
+``identity.json``  the run's identity (:mod:`.identity`), the code that started it, its W&B id
+``metrics.jsonl``  one JSON object per logged step, with ``step`` and ``split``
+``summary.json``   what the run was and what it reached, written when a session ends
+``failures.jsonl`` one line per session that failed: when, where, at which step, the error
+``checkpoints/``   ``last.pt`` and ``previous.pt`` (:mod:`.checkpoint`)
+``superseded/<n>`` earlier records of this folder, moved aside by ``trainer.resume=restart``
+=================  ===========================================================================
+
+What holds, whatever happens to a session:
+
+* a session that does not train never rewrites the record: its failure goes to
+  ``failures.jsonl``; ``summary.json`` changes only when the session trained or there was none;
+* a resumed session continues the rows at its checkpoint's step: the rows a killed session
+  logged past it are dropped at the session's first write (not before, so a session that fails
+  at once leaves them), and so is a torn last line (power loss, a full disk);
+* values are plain JSON: a NaN or an infinity is written ``null``, and the row (or summary)
+  says which values were not finite under ``nonfinite``;
+* every file is written whole or not at all (a temporary file, then a rename); a write that
+  fails says which file and how much room its disk has, and leaves no temporary file behind.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
-import subprocess
+import shutil
+import time
 import warnings
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from src.errors import SuiteError
+
+from .identity import Identity, code_version
+
+CHECKPOINT_NAMES = ("last.pt", "previous.pt")
+KEPT_IN_PLACE = (".hydra", "superseded", ".lock")  # a restart moves everything else aside
+
+
+class RecordError(SuiteError):
+    """A record file that cannot be written, or read back."""
+
 
 class RunRecord:
-    """Writes ``config.yaml``, ``metrics.jsonl`` and ``summary.json`` in ``run_dir``."""
+    """The record in ``run_dir``; ``enabled=False`` (DDP ranks but the first) writes nothing."""
 
     def __init__(self, run_dir: Path, enabled: bool = True) -> None:
         self.dir, self.enabled = Path(run_dir), enabled
         self.metrics_path = self.dir / "metrics.jsonl"
+        self.summary_path = self.dir / "summary.json"
+        self.failures_path = self.dir / "failures.jsonl"
+        self.identity_path = self.dir / "identity.json"
         self.checkpoint = self.dir / "checkpoints" / "last.pt"
+        self.touched = False  # this session wrote rows or a checkpoint
+        self._cut: tuple[int | None] | None = None  # (step,): rows past it go at the next write
 
-    def write_config(self, cfg: DictConfig) -> None:
-        if self.enabled:
-            self.dir.mkdir(parents=True, exist_ok=True)
-            OmegaConf.save(cfg, self.dir / "config.yaml", resolve=True)
+    # -- reading -----------------------------------------------------------------------------
 
-    def log(self, step: int, split: str, metrics: dict[str, float]) -> None:
+    def has_trained(self) -> bool:
+        """Whether a session has left results here: rows, a checkpoint, or a completed summary."""
+        if self.metrics_path.exists() and self.metrics_path.stat().st_size > 0:
+            return True
+        folder = self.checkpoint.parent
+        if any((folder / n).exists() or (folder / n).is_symlink() for n in CHECKPOINT_NAMES):
+            return True
+        return (self.summary() or {}).get("status") == "completed"
+
+    def summary(self) -> dict[str, Any] | None:
+        if not self.summary_path.exists():
+            return None
+        try:
+            return json.loads(self.summary_path.read_text())
+        except ValueError as error:
+            raise RecordError(f"{self.summary_path} is not valid JSON ({error})") from error
+
+    def recorded_identity(self) -> tuple[Identity | None, dict[str, Any]]:
+        """The record's identity and the rest of ``identity.json`` (W&B id, code); a record
+        written before identities existed has its ``config.yaml`` instead."""
+        if self.identity_path.exists():
+            try:
+                meta = json.loads(self.identity_path.read_text())
+                return Identity(meta["config"]), meta
+            except (ValueError, KeyError) as error:
+                raise RecordError(f"{self.identity_path} is damaged ({error})") from error
+        config = self.dir / "config.yaml"
+        if config.exists():
+            return Identity.of(OmegaConf.to_container(OmegaConf.load(config), resolve=False)), {}
+        return None, {}
+
+    def last_logged_step(self) -> int | None:
+        return max((r["step"] for r in read_metrics(self.dir, warn=False)), default=None)
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def start(self, cfg: DictConfig, identity: Identity, wandb_id: str) -> None:
+        """A new record: ``config.yaml`` and ``identity.json``; rows from nothing."""
+        self._cut = (None,)
+        if not self.enabled:
+            return
+        self.dir.mkdir(parents=True, exist_ok=True)
+        write_atomic(self.dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+        self.write_identity(identity, wandb_id)
+
+    def write_identity(self, identity: Identity, wandb_id: str) -> None:
         if self.enabled:
-            row = {"step": step, "split": split, **{k: _jsonable(v) for k, v in metrics.items()}}
+            meta = {
+                "hash": identity.hash,
+                "code": code_version(),
+                "created": time.strftime("%Y-%m-%d %H:%M:%S"),
+                "wandb_id": wandb_id,
+                "config": identity.config,
+            }
+            write_atomic(self.identity_path, json.dumps(meta, indent=1) + "\n")
+
+    def continue_after(self, step: int | None) -> None:
+        """Continue the rows after ``step`` (None: from nothing); applied at the next write."""
+        self._cut = (step,)
+
+    def settle(self) -> None:
+        """Apply a pending :meth:`continue_after`: keep the rows up to its step, whole lines only."""
+        if self._cut is None or not self.enabled:
+            return
+        (step,) = self._cut
+        self._cut = None
+        if not self.metrics_path.exists():
+            return
+        rows = [] if step is None else [r for r in read_metrics(self.dir) if r["step"] <= step]
+        write_atomic(self.metrics_path, "".join(json.dumps(r) + "\n" for r in rows))
+
+    def log(self, step: int, split: str, metrics: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        self.settle()
+        values, nonfinite = plain_json(metrics)
+        row = {"step": step, "split": split, **values, **({"nonfinite": nonfinite} if nonfinite else {})}
+        try:
             with open(self.metrics_path, "a") as f:
                 f.write(json.dumps(row) + "\n")
-
-    def truncate_after(self, step: int) -> None:
-        """Drop rows logged after ``step``: a resumed run logs them again."""
-        if not self.enabled or not self.metrics_path.exists():
-            return
-        rows = [line for line in self.metrics_path.read_text().splitlines() if line.strip()]
-        kept = [line for line in rows if json.loads(line)["step"] <= step]
-        tmp = self.metrics_path.with_suffix(".tmp")
-        tmp.write_text("".join(line + "\n" for line in kept))
-        os.replace(tmp, self.metrics_path)
+        except OSError as error:
+            raise RecordError(write_failure(self.metrics_path, error)) from error
+        self.touched = True
 
     def write_summary(self, summary: dict[str, Any]) -> None:
         if self.enabled:
-            tmp = self.dir / "summary.json.tmp"
-            tmp.write_text(json.dumps(summary, indent=2, default=_jsonable) + "\n")
-            os.replace(tmp, self.dir / "summary.json")
+            values, nonfinite = plain_json(summary)
+            if nonfinite:
+                values["nonfinite"] = nonfinite
+            write_atomic(self.summary_path, json.dumps(values, indent=2) + "\n")
 
-
-def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
-    """The rows of a run's ``metrics.jsonl``."""
-    path = Path(run_dir) / "metrics.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def git_revision() -> str | None:
-    """The suite's git commit (with ``-dirty`` for uncommitted changes), if known."""
-    root = Path(__file__).resolve().parents[2]
-    try:
-        rev = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5
-        )
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True, timeout=5
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if rev.returncode != 0:
-        return None
-    return rev.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
-
-
-def _jsonable(v: Any) -> Any:
-    if hasattr(v, "item"):
-        v = v.item()
-    if isinstance(v, float) and not math.isfinite(v):
-        return str(v)  # JSON has no inf/nan
-    return v
-
-
-class WandbLogger:
-    """W&B, best effort: project, group, name and tags from the config; offline without a key.
-
-    Mode: ``logger.mode`` if set, else ``WANDB_MODE`` from the environment, else ``online``
-    when an API key is configured and ``offline`` when none is. Every call is guarded: a
-    failure is reported once as a warning and W&B is switched off for the rest of the run.
-    """
-
-    def __init__(self, cfg: DictConfig, run_dir: Path, config: dict[str, Any]) -> None:
-        self.run = None
+    def add_failure(self, entry: dict[str, Any]) -> bool:
+        """Append one failure to ``failures.jsonl``; best effort (False when even that fails)."""
+        if not self.enabled:
+            return False
         try:
-            import wandb
-
-            mode = (
-                cfg.get("mode")
-                or os.environ.get("WANDB_MODE")
-                or ("online" if _has_wandb_key() else "offline")
-            )
-            run_id = hashlib.sha1(str(Path(run_dir).resolve()).encode()).hexdigest()[
-                :16
-            ]  # resumes with the run
-            self.run = wandb.init(
-                project=cfg.project,
-                entity=cfg.get("entity"),
-                group=cfg.group,
-                name=cfg.run_name,
-                tags=list(cfg.tags),
-                config=config,
-                dir=str(run_dir),
-                mode=mode,
-                id=run_id,
-                resume="allow",
-                settings=wandb.Settings(init_timeout=float(cfg.get("init_timeout", 60))),
-            )
-        except Exception as e:  # noqa: BLE001  W&B must never stop training
-            self._fail("init", e)
-
-    def log(self, metrics: dict[str, float], step: int) -> None:
-        if self.run is not None:
-            try:
-                self.run.log(metrics, step=step)
-            except Exception as e:  # noqa: BLE001
-                self._fail("log", e)
-
-    def finish(self, summary: dict[str, Any] | None = None) -> None:
-        if self.run is not None:
-            try:
-                if summary:
-                    self.run.summary.update(
-                        {k: v for k, v in summary.items() if isinstance(v, (int, float, str))}
-                    )
-                self.run.finish()
-            except Exception as e:  # noqa: BLE001
-                self._fail("finish", e)
-
-    def _fail(self, what: str, error: Exception) -> None:
-        warnings.warn(
-            f"W&B {what} failed ({type(error).__name__}: {error}); training goes on, "
-            "the run folder keeps the record",
-            stacklevel=3,
-        )
-        self.run = None
-
-
-def _has_wandb_key() -> bool:
-    if os.environ.get("WANDB_API_KEY"):
+            self.dir.mkdir(parents=True, exist_ok=True)
+            with open(self.failures_path, "a") as f:
+                f.write(json.dumps(plain_json(entry)[0]) + "\n")
+        except OSError:
+            return False
         return True
-    netrc = Path(os.environ.get("NETRC", Path.home() / ".netrc"))
-    return netrc.exists() and "api.wandb.ai" in netrc.read_text(errors="ignore")
+
+    def supersede(self) -> Path | None:
+        """Move this folder's record to ``superseded/<n>/`` (n = 1, 2, …); returns that folder."""
+        moving = [
+            p
+            for p in sorted(self.dir.iterdir())
+            if p.name not in KEPT_IN_PLACE and not (p.is_file() and p.suffix == ".log")
+        ]
+        if not self.enabled or not moving:
+            return None
+        parent = self.dir / "superseded"
+        taken = [int(p.name) for p in parent.glob("*") if p.name.isdigit()] if parent.exists() else []
+        target = parent / str(max(taken, default=0) + 1)
+        target.mkdir(parents=True)
+        for path in moving:
+            os.replace(path, target / path.name)
+        return target
+
+
+def read_metrics(run_dir: Path, warn: bool = True) -> list[dict[str, Any]]:
+    """The rows of a run's ``metrics.jsonl`` (none if it has none).
+
+    A torn last line (a write cut short) is dropped, with one warning naming the file; a damaged
+    line before the last one is a :class:`RecordError` naming the file and the line."""
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.exists():
+        return []
+    lines = path.read_text(errors="replace").split("\n")
+    last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
+    rows = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            if not isinstance(row, dict) or "step" not in row:
+                raise ValueError("not a row with a step")
+        except ValueError as error:
+            if number - 1 == last:
+                if warn:
+                    warnings.warn(f"{path}: dropped a torn last line ({line[:60]!r}…)", stacklevel=2)
+                continue
+            raise RecordError(
+                f"{path}:{number} is damaged ({error}: {line[:60]!r}); move the run aside "
+                "(trainer.resume=restart) or repair that line"
+            ) from error
+        rows.append(row)
+    return rows
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``path`` whole or not at all: a temporary file beside it, flushed, then renamed."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as error:
+        tmp.unlink(missing_ok=True)
+        raise RecordError(write_failure(path, error)) from error
+
+
+def write_failure(path: Path, error: OSError) -> str:
+    """``cannot write <path> (<reason>; N MB free on its disk)``."""
+    try:
+        free = f"; {shutil.disk_usage(path.parent).free / 2**20:.0f} MB free on its disk"
+    except OSError:
+        free = ""
+    return f"cannot write {path} ({error.strerror or error}{free})"
+
+
+def plain_json(value: Any, path: str = "") -> tuple[Any, dict[str, str]]:
+    """``value`` as plain JSON (tensors and NumPy scalars as numbers, NaN and ±inf as None),
+    and ``{dotted path: "nan" | "inf" | "-inf"}`` of the values that were not finite."""
+    if hasattr(value, "item") and callable(value.item) and getattr(value, "ndim", 0) == 0:
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None, {path: str(value)}
+    if isinstance(value, dict):
+        out, bad = {}, {}
+        for key, item in value.items():
+            out[key], found = plain_json(item, f"{path}.{key}" if path else str(key))
+            bad.update(found)
+        return out, bad
+    if isinstance(value, (list, tuple)):
+        pairs = [plain_json(item, f"{path}.{i}") for i, item in enumerate(value)]
+        return [p[0] for p in pairs], {k: v for p in pairs for k, v in p[1].items()}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value, {}
+    return str(value), {}

@@ -13,7 +13,12 @@ from omegaconf import DictConfig
 
 from src.errors import ConfigError
 
-CHOICES = {"precision": ("fp32", "bf16"), "progress": ("tqdm", "rich", "none"), "nonfinite": ("stop", "skip")}
+CHOICES = {
+    "precision": ("fp32", "bf16"),
+    "progress": ("tqdm", "rich", "none"),
+    "nonfinite": ("stop", "skip"),
+    "resume": ("auto", "never", "restart"),
+}
 
 
 @dataclass
@@ -37,6 +42,9 @@ class TrainerSchema:
     flush_denormal: bool = True
     progress: str = "tqdm"
     nonfinite: str = "stop"
+    nonfinite_limit_consecutive: int = 10
+    nonfinite_limit_total: int | None = None
+    resume: str = "auto"
 
 
 ConfigStore.instance().store(group="trainer", name="schema", node=TrainerSchema)
@@ -52,12 +60,16 @@ def check_values(cfg: DictConfig) -> None:
     for key in ("max_steps", "max_epochs"):
         if t[key] is not None and t[key] < 1:
             raise ConfigError(f"trainer.{key}={t[key]} must be at least 1 (or null)")
-    for key in ("accumulate", "log_every", "checkpoint_every"):
+    for key in ("accumulate", "log_every", "checkpoint_every", "nonfinite_limit_consecutive"):
         if t[key] < 1:
             raise ConfigError(f"trainer.{key}={t[key]} must be at least 1")
     for key in ("val_every", "monitor_every", "num_workers"):
         if t[key] < 0:
             raise ConfigError(f"trainer.{key}={t[key]} must be 0 or more")
+    if t.nonfinite_limit_total is not None and t.nonfinite_limit_total < 1:
+        raise ConfigError(
+            f"trainer.nonfinite_limit_total={t.nonfinite_limit_total} must be at least 1 (or null)"
+        )
     for key, allowed in CHOICES.items():
         if t[key] not in allowed:
             raise ConfigError(f"trainer.{key}={t[key]!r} is not one of {', '.join(allowed)}")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import re
 import time
 from dataclasses import dataclass, field
 
@@ -22,8 +23,9 @@ from . import checkpoint
 from .data import BatchStream, Position, eval_loader
 from .distributed import Dist
 from .progress import make_progress
-from .record import RunRecord, WandbLogger
+from .session import Session
 from .task import Task, to_device
+from .tracking import WandbLogger
 
 
 class NonFiniteLoss(SuiteError):
@@ -42,6 +44,7 @@ class LoopState:
     last_finite_loss: float | None = None
     last_finite_step: int | None = None
     skipped: int = 0
+    skipped_in_row: int = 0
     wall_s: float = 0.0
     last_val: dict[str, float] = field(default_factory=dict)
 
@@ -57,7 +60,7 @@ class Trainer:
         optimizer: torch.optim.Optimizer,
         scheduler,
         datasets: tuple,
-        record: RunRecord,
+        session: Session,
         dist: Dist,
         seed: int,
         total_steps: int,
@@ -65,7 +68,8 @@ class Trainer:
         ema: nn.Module | None = None,
     ) -> None:
         self.cfg, self.task, self.raw_model = cfg, task, model
-        self.optimizer, self.scheduler, self.record, self.dist = optimizer, scheduler, record, dist
+        self.optimizer, self.scheduler, self.session, self.dist = optimizer, scheduler, session, dist
+        self.record = session.record
         self.train_set, self.val_set = datasets
         self.seed, self.total_steps, self.wandb, self.ema = seed, total_steps, wandb, ema
         self.model = model
@@ -163,17 +167,32 @@ class Trainer:
         if self.ema is not None:
             self.ema.update(self.raw_model, step=self.state.step + 1)
         self.state.last_finite_loss, self.state.last_finite_step = mean, self.state.step + 1
+        self.state.skipped_in_row = 0
         return mean
 
+    def skip_limits(self) -> tuple[int, int]:
+        """``(in a row, in all)``: how many non-finite batches ``trainer.nonfinite=skip`` skips
+        before it stops; the total defaults to 1% of the run's steps (at least the first limit)."""
+        in_row = self.cfg.get("nonfinite_limit_consecutive") or 10
+        total = self.cfg.get("nonfinite_limit_total") or max(in_row, math.ceil(0.01 * self.total_steps))
+        return in_row, total
+
     def _non_finite(self, value: float) -> None:
-        """Skip the batch (``trainer.nonfinite=skip``), or stop, naming the step, the last finite
-        loss and the checkpoint a rerun resumes from."""
+        """Skip the batch (``trainer.nonfinite=skip``, up to :meth:`skip_limits`), or stop, naming
+        the step, the last finite loss, the checkpoint kept and what resumes from it."""
         step, state = self.state.step + 1, self.state
         self.optimizer.zero_grad(set_to_none=True)
+        reason = ""
         if self.cfg.nonfinite == "skip":
-            state.skipped += 1
-            self._hook_metrics = {"train/skipped_batches": float(state.skipped)}  # logged at this step
-            return None
+            state.skipped, state.skipped_in_row = state.skipped + 1, state.skipped_in_row + 1
+            in_row, total = self.skip_limits()
+            if state.skipped_in_row <= in_row and state.skipped <= total:
+                self._hook_metrics = {"train/skipped_batches": float(state.skipped)}  # logged at this step
+                return None
+            reason = (
+                f" ({state.skipped_in_row} batches in a row and {state.skipped} in all skipped; limits "
+                f"trainer.nonfinite_limit_consecutive={in_row}, trainer.nonfinite_limit_total={total})"
+            )
         kept = (
             f"{self.record.checkpoint} (step {self.saved_step})"
             if self.saved_step is not None
@@ -184,9 +203,17 @@ class Trainer:
             if state.last_finite_loss is not None
             else "none"
         )
+        resume = (
+            "To go on from that checkpoint skipping such batches, rerun the same command with "
+            "trainer.nonfinite=skip (same folder; summary.json counts the skipped batches). "
+            if self.saved_step is not None and not reason
+            else ""
+        )
         raise NonFiniteLoss(
-            f"loss is {value} at step {step}; last finite loss {last}; checkpoint kept: {kept}. "
-            "Lower optim.lr, set trainer.clip_grad, or set trainer.nonfinite=skip to skip such batches"
+            f"loss is {value} at step {step}{reason}; last finite loss {last}; checkpoint kept: {kept}. "
+            f"{resume}To change the recipe (a lower optim.lr, trainer.clip_grad), start a new record: "
+            "the override names a new folder, or trainer.resume=restart keeps this one and moves the "
+            "record to superseded/"
         )
 
     # -- evaluation, monitoring, logging -------------------------------------------------
@@ -229,9 +256,8 @@ class Trainer:
         metrics = self.evaluate(self.model)
         if self.ema is not None:
             metrics.update(self.evaluate(self.ema.module, prefix="val_ema"))
-        better = max if self.task.metric_mode == "max" else min
-        best = self.state.best
-        if not best or better(metrics[self.task.metric], best[self.task.metric]) != best[self.task.metric]:
+        metric, mode = self.task.metric, self.task.metric_mode
+        if is_better(metrics.get(metric), self.state.best.get(metric), mode):
             self.state.best = {**metrics, "step": self.state.step}
         self.state.last_val = metrics
         self._log("val", metrics)
@@ -279,6 +305,7 @@ class Trainer:
             self.saved_step = state.step
             self.dist.barrier()
             return
+        self.record.settle()  # the rows a killed session logged past the resumed step go first
         checkpoint.save(
             {
                 "model": self.raw_model.state_dict(),
@@ -288,17 +315,30 @@ class Trainer:
                 "loop": dataclasses.asdict(state),  # position becomes {"epoch", "batch"}
                 "rng": checkpoint.rng_state(),
                 "task": self.task.state_dict() if hasattr(self.task, "state_dict") else None,
+                "record": self.session.checkpoint_meta(state.step),
             },
             self.record.checkpoint,
         )
+        self.record.touched = True
         self.saved_step = state.step
         self.dist.barrier()
 
     def _resume(self) -> None:
-        saved = checkpoint.load_latest(self.record.checkpoint, self.dist.device)
-        if saved is None:
+        """Continue from the newest readable checkpoint (its identity checked), or from nothing."""
+        found = checkpoint.load_latest(self.record.checkpoint, self.dist.device, set_aside=self.dist.main)
+        if found is None:
+            self.record.continue_after(None)  # a killed session's rows before any checkpoint go
             return
-        self.raw_model.load_state_dict(saved["model"])
+        saved, path = found
+        self.session.adopt(saved.get("record"), path, saved["loop"]["step"])
+        try:
+            self.raw_model.load_state_dict(saved["model"])
+        except RuntimeError as error:  # another architecture: missing, unexpected or reshaped weights
+            raise checkpoint.CheckpointError(
+                f"checkpoint {path} does not fit this model ({mismatch_summary(error)}); the code or the "
+                "backbone changed since it was written: check out the code that wrote it "
+                "(summary.json's sessions), or rerun with trainer.resume=restart to start over"
+            ) from error
         self.optimizer.load_state_dict(saved["optimizer"])
         self.scheduler.load_state_dict(saved["scheduler"])
         if self.ema is not None and saved["ema"] is not None:
@@ -309,5 +349,26 @@ class Trainer:
         checkpoint.set_rng_state(saved["rng"])
         if saved.get("task") is not None and hasattr(self.task, "load_state_dict"):
             self.task.load_state_dict(saved["task"])
-        if self.dist.main:
-            self.record.truncate_after(self.state.step)
+        self.record.continue_after(self.state.step)
+
+
+def is_better(value: float | None, best: float | None, mode: str) -> bool:
+    """Whether ``value`` beats ``best`` (``mode`` max or min); a NaN or missing value never does."""
+    if value is None or not math.isfinite(value):
+        return False
+    if best is None or not math.isfinite(best):
+        return True
+    return value > best if mode == "max" else value < best
+
+
+def mismatch_summary(error: RuntimeError) -> str:
+    """torch's ``load_state_dict`` error in a line: how many weights are missing, unexpected or
+    of another shape, with the first of each."""
+    text, parts = str(error), []
+    for label, heading in (("missing", "Missing key(s)"), ("unexpected", "Unexpected key(s)")):
+        listed = re.search(re.escape(heading) + r" in state_dict: (.*)", text)
+        if listed and (keys := re.findall(r'"([^"]+)"', listed.group(1))):
+            parts.append(f"{len(keys)} {label} weights, e.g. {keys[0]}")
+    if shapes := re.findall(r"size mismatch for ([^:]+):", text):
+        parts.append(f"{len(shapes)} of another shape, e.g. {shapes[0]}")
+    return "; ".join(parts) or text.strip().splitlines()[0]

@@ -2,9 +2,11 @@
 
 mmengine 0.10 calls ``torch.load`` without ``weights_only``; since torch 2.6 that means
 ``weights_only=True``, which refuses what an mmengine checkpoint carries besides tensors: its
-message hub's history buffers (pickled with their bound statistics methods, hence
-``getattr``), NumPy arrays and scalars, ``Counter`` (the step schedule's milestones). The
-run's own checkpoints are trusted: these globals are allowed while a run trains, and only they.
+message hub's history buffers, NumPy arrays and scalars, ``Counter`` (the step schedule's
+milestones). These data types are allowed while a run trains, and only they. No function that
+reaches other objects (``getattr``, ``eval``) is among them: the history buffers are saved as
+:class:`.record.PlainHistoryBuffer`, without the statistics methods mmengine pickles through
+``getattr``, so a crafted checkpoint cannot call anything.
 """
 
 from __future__ import annotations
@@ -20,12 +22,11 @@ import torch
 
 def mmengine_globals() -> list:
     """The non-tensor globals an mmengine checkpoint refers to."""
-    from mmengine.logging import HistoryBuffer
+    from .record import PlainHistoryBuffer
 
     multiarray = (np._core if hasattr(np, "_core") else np.core).multiarray
     return [
-        HistoryBuffer,
-        getattr,  # HistoryBuffer pickles its statistics methods as getattr(buffer, "min"), …
+        PlainHistoryBuffer,
         collections.Counter,
         codecs.encode,
         np.ndarray,

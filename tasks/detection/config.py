@@ -70,12 +70,16 @@ def build_config(task, cfg: DictConfig, work_dir: Path, data_root: Path, resume_
     """The mmengine ``Config`` of one run of ``task`` (a :class:`.CocoInstanceSegmentation`)."""
     from src.models.detection import out_channels
 
+    from . import dataset  # noqa: F401  registers SuiteCocoDataset, which the config names
+
     mm = base_config()
     trainer = cfg.trainer
     backbone = backbone_dict(cfg)
     num_classes = len(task.classes)
 
-    mm.custom_imports = dict(imports=["src.models.detection"], allow_failed_imports=False)
+    mm.custom_imports = dict(
+        imports=["src.models.detection", "tasks.detection.dataset"], allow_failed_imports=False
+    )
     mm.data_root = str(data_root)
     mm.model = detector(mm.model, backbone, out_channels(backbone), num_classes, task.detector)
     mm.train_dataloader = train_dataloader(task, data_root, trainer, iter_based=trainer.max_steps is not None)
@@ -213,7 +217,7 @@ def test_pipeline(task) -> list[dict]:
 
 def dataset(task, data_root: Path, split: str, pipeline: list[dict], workers: int, **extra: Any) -> dict:
     return dict(
-        type="CocoDataset",
+        type="SuiteCocoDataset",  # mmdet's CocoDataset, checked (tasks/detection/dataset.py)
         data_root=str(data_root),
         ann_file=task.ann_file(split),
         data_prefix=dict(img=task.image_folder(split) + "/"),

@@ -16,11 +16,18 @@ mmengine's iteration, one batch per process):
 Checkpoints are mmengine's (``mmdet/iter_N.pth`` or ``epoch_N.pth``, the latest kept);
 ``checkpoints/last.pt`` is a relative link to the latest, so the suite's contract holds: a
 rerun of the same command finds it and resumes (mmengine's ``resume``: weights, optimizer,
-schedule, iteration, data position). The hook adds to each checkpoint the wall time so far
-and torch's RNG state, and restores that state at the first iteration after a resume;
-validation and the monitor run with the RNG forked, so they never move it. On a CPU a
-resumed run then continues as the uninterrupted one would. After a resume, ``metrics.jsonl``
-is cut back to the checkpoint's iteration and the best and last validation are read from it.
+schedule, iteration, data position). The hook adds to each checkpoint the wall time so far,
+torch's RNG state and the record's identity and sessions (:class:`src.engine.session.Session`),
+and restores the RNG state at the first iteration after a resume; validation and the monitor
+run with the RNG forked, so they never move it. On a CPU a resumed run then continues as the
+uninterrupted one would. After a resume, ``metrics.jsonl`` continues at the checkpoint's
+iteration and the best and last validation are read from it.
+
+mmengine keeps its message hub's history buffers in each checkpoint; pickled as they are,
+they refer to ``getattr`` (their statistics methods), which no safe loader should admit. The
+hook saves them as :class:`PlainHistoryBuffer`, which pickles its numbers only, so the
+checkpoints load under ``weights_only`` with a short list of data types
+(:mod:`.checkpoints`).
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+import warnings
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -35,10 +43,14 @@ from typing import Any
 
 import torch
 from mmengine.hooks import Hook
+from mmengine.logging import HistoryBuffer
 from mmengine.model import is_model_wrapper
 
 from src.conditioning import ConditioningMonitor
-from src.engine.record import RunRecord, WandbLogger, read_metrics
+from src.engine.record import read_metrics
+from src.engine.session import Session
+from src.engine.tracking import WandbLogger
+from src.engine.trainer import is_better
 
 
 class SuiteRecordHook(Hook):
@@ -48,7 +60,7 @@ class SuiteRecordHook(Hook):
 
     def __init__(
         self,
-        record: RunRecord,
+        session: Session,
         metric: str,
         metric_mode: str,
         required: Sequence[str],
@@ -57,8 +69,9 @@ class SuiteRecordHook(Hook):
         images_per_iter: int,
         wandb: WandbLogger | None = None,
     ) -> None:
-        self.record, self.wandb = record, wandb
-        self.metric, self.better = metric, (max if metric_mode == "max" else min)
+        self.session, self.record, self.wandb = session, session.record, wandb
+        self.resume_from: Path | None = None  # the checkpoint mmengine resumes from (for messages)
+        self.metric, self.metric_mode = metric, metric_mode
         self.required = list(dict.fromkeys([metric, *required]))  # in every validation row
         self.log_every, self.monitor_every, self.images_per_iter = log_every, monitor_every, images_per_iter
         self.best: dict[str, float] = {}
@@ -77,14 +90,11 @@ class SuiteRecordHook(Hook):
 
     def before_train(self, runner) -> None:
         self.session_start = self.window_start = time.monotonic()
-        if runner.iter > 0:  # resumed: the record past the checkpoint is written again
-            self.record.truncate_after(runner.iter)
-            if self.record.enabled and self.record.metrics_path.exists():
-                for row in read_metrics(self.record.dir):
-                    if row["split"] == "val":
-                        self._keep_val(
-                            row["step"], {k: v for k, v in row.items() if k not in ("step", "split")}
-                        )
+        self.record.continue_after(runner.iter or None)  # the rows past the checkpoint are written again
+        if runner.iter > 0 and self.record.enabled:
+            for row in read_metrics(self.record.dir):
+                if row["split"] == "val" and row["step"] <= runner.iter:
+                    self._keep_val(row["step"], {k: v for k, v in row.items() if k not in ("step", "split")})
 
     def before_train_iter(self, runner, batch_idx: int, data_batch=None) -> None:
         if self.rng_to_restore is not None:  # the first iteration after a resume
@@ -142,10 +152,7 @@ class SuiteRecordHook(Hook):
 
     def _keep_val(self, step: int, values: dict[str, float]) -> None:
         self.last_val = values
-        if self.metric in values and (
-            not self.best
-            or self.better(values[self.metric], self.best[self.metric]) != self.best[self.metric]
-        ):
+        if is_better(values.get(self.metric), self.best.get(self.metric), self.metric_mode):
             self.best = {**values, "step": step}
 
     # -- the monitor ---------------------------------------------------------------------------
@@ -166,12 +173,26 @@ class SuiteRecordHook(Hook):
         state = {"torch": torch.get_rng_state()}
         if torch.cuda.is_available():
             state["cuda"] = torch.cuda.get_rng_state_all()
-        checkpoint.setdefault("meta", {})["suite"] = {"wall_s": self.elapsed(), "rng": state}
+        step = checkpoint.get("meta", {}).get("iter", runner.iter)
+        checkpoint.setdefault("meta", {})["suite"] = {
+            "wall_s": self.elapsed(),
+            "rng": state,
+            "record": self.session.checkpoint_meta(step),
+        }
+        hub = checkpoint.get("message_hub") or {}
+        for value in (hub.get("log_scalars") or {}).values():
+            if type(value) is HistoryBuffer:  # its own copy: the live hub keeps its class
+                value.__class__ = PlainHistoryBuffer
+        self.record.settle()
+        self.record.touched = True
 
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
-        saved = checkpoint.get("meta", {}).get("suite")
+        meta = checkpoint.get("meta", {})
+        saved = meta.get("suite")
         if saved is not None:
             self.wall_s, self.rng_to_restore = saved["wall_s"], saved["rng"]
+        where = self.resume_from or Path(runner.work_dir)
+        self.session.adopt((saved or {}).get("record"), where, int(meta.get("iter", 0)))
 
     def elapsed(self) -> float:
         """Training wall time, this session and the ones before it."""
@@ -179,24 +200,44 @@ class SuiteRecordHook(Hook):
 
     def _link_checkpoint(self, runner) -> None:
         """Point ``checkpoints/last.pt`` at the checkpoint mmengine saved last."""
-        pointer = Path(runner.work_dir) / "last_checkpoint"
-        if not self.record.enabled or not pointer.exists():
+        if not self.record.enabled:
             return
-        target = pointer.read_text().strip()
-        if target == self.linked:
+        target = pointed_checkpoint(Path(runner.work_dir))
+        if target is None or str(target) == self.linked:
             return
         link = self.record.checkpoint
         link.parent.mkdir(parents=True, exist_ok=True)
         tmp = link.with_name(link.name + ".tmp")
         tmp.unlink(missing_ok=True)
-        tmp.symlink_to(os.path.relpath(Path(target).resolve(), link.parent.resolve()))
+        tmp.symlink_to(os.path.relpath(target, link.parent.resolve()))
         os.replace(tmp, link)
-        self.linked = target
+        self.linked = str(target)
 
     def _log(self, step: int, split: str, metrics: dict[str, float]) -> None:
         self.record.log(step, split, metrics)
         if self.wandb is not None:
             self.wandb.log(metrics, step=step)
+
+
+class PlainHistoryBuffer(HistoryBuffer):
+    """A :class:`HistoryBuffer` that pickles its numbers only (not its statistics methods, which
+    unpickling restores); mmengine's ``isinstance`` checks accept it."""
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "statistics_methods"}
+
+
+def pointed_checkpoint(work_dir: Path) -> Path | None:
+    """The checkpoint mmengine's ``last_checkpoint`` pointer names, when it is a file inside
+    ``work_dir`` (a pointer elsewhere is ignored with a warning: it is not this run's)."""
+    pointer = work_dir / "last_checkpoint"
+    if not pointer.is_file():
+        return None
+    target = Path(pointer.read_text().strip()).resolve()
+    if not target.is_relative_to(work_dir.resolve()):
+        warnings.warn(f"{pointer} points outside the run folder ({target}): ignored", stacklevel=2)
+        return None
+    return target if target.is_file() else None
 
 
 @contextlib.contextmanager

@@ -12,6 +12,7 @@ instances_{train,val}2017.json`` and ``<folder>/{train,val}2017/<image>``; COCO 
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -23,6 +24,8 @@ from src.errors import ConfigError, DataError
 
 from .shapes import CLASSES as SHAPE_CLASSES
 from .shapes import ShapesSpec, ensure_coco_shapes
+
+FROM_FILE = "from_file"  # task.classes: the categories of the training annotation file
 
 #: the heads and proposals of mmdet's Mask R-CNN R50-FPN
 DETECTOR_DEFAULTS = {
@@ -64,7 +67,7 @@ class CocoInstanceSegmentation:
         name: str,
         input: str,
         folder: str = "coco",
-        classes: Sequence[str] | None = None,
+        classes: Sequence[str] | str | None = None,
         splits: Mapping[str, str] | None = None,
         metric: str = "coco/bbox_mAP",
         batch_size: int = 2,
@@ -82,7 +85,12 @@ class CocoInstanceSegmentation:
         self.schedule, self.augment, self.img_scale = schedule, augment, tuple(img_scale)
         self.warmup_iters, self.warmup_ratio, self.min_size = warmup_iters, warmup_ratio, min_size
         self.splits = dict(_plain(splits) or {"train": "train2017", "val": "val2017"})
-        self._classes = tuple(classes) if classes else None
+        if isinstance(classes, str) and classes != FROM_FILE:
+            raise ConfigError(
+                f"task.classes={classes!r}: give a list of category names, {FROM_FILE} (the categories of "
+                "the training annotation file), or null (COCO's 80)"
+            )
+        self._classes = classes if classes == FROM_FILE else (tuple(classes) if classes else None)
         unknown = set(_plain(detector) or {}) - set(DETECTOR_DEFAULTS)
         if unknown:
             raise ConfigError(
@@ -93,7 +101,10 @@ class CocoInstanceSegmentation:
 
     @property
     def classes(self) -> tuple[str, ...]:
-        """The category names, in label order (default: COCO's 80, as mmdet lists them)."""
+        """The category names, in label order (default: COCO's 80, as mmdet lists them;
+        ``from_file``: the training annotation file's, by id, once :meth:`prepare_data` read it)."""
+        if self._classes == FROM_FILE:
+            raise ConfigError("task.classes=from_file is read from the annotation file by prepare_data")
         if self._classes is None:
             from mmdet.datasets import CocoDataset
 
@@ -121,9 +132,14 @@ class CocoInstanceSegmentation:
                 "to val2017/ (https://cocodataset.org/#download). Set paths.data_dir (or DATA_DIR) to "
                 f"the folder that holds {self.folder}/"
             )
+        if self._classes == FROM_FILE:
+            self._classes = tuple(category_names(root / self.ann_file("train")))
+            if not self._classes:
+                wanted = root / self.ann_file("train")
+                raise DataError(f"{wanted} lists no categories (task.classes=from_file)")
         return root
 
-    def run(self, cfg: DictConfig, record, dist, wandb=None) -> dict[str, Any]:
+    def run(self, cfg: DictConfig, session, dist, wandb=None) -> dict[str, Any]:
         """Train and validate with mmengine's Runner; what the run reached, for ``summary.json``."""
         require_detection_stack()
         from mmengine.runner import Runner
@@ -134,6 +150,7 @@ class CocoInstanceSegmentation:
         from .config import build_config
         from .record import SuiteRecordHook
 
+        record = session.record
         root = self.prepare_data(Path(cfg.paths.data_dir)).resolve()
         work_dir = (record.dir / "mmdet").resolve()
         resume_from = latest_checkpoint(record.checkpoint, work_dir)
@@ -146,7 +163,7 @@ class CocoInstanceSegmentation:
             work_dir.mkdir(parents=True, exist_ok=True)
             mm.dump(str(work_dir / "config.py"))
         hook = SuiteRecordHook(
-            record,
+            session,
             self.metric,
             self.metric_mode,
             self.metrics,
@@ -155,6 +172,7 @@ class CocoInstanceSegmentation:
             images_per_iter=self.batch_size * dist.world,
             wandb=wandb,
         )
+        hook.resume_from = resume_from
         started = time.monotonic()
         with mmengine_checkpoints_load():
             runner = Runner.from_cfg(mm)
@@ -181,7 +199,8 @@ class CocoShapes(CocoInstanceSegmentation):
     embedded default, a tiny Mask R-CNN learns it on a CPU in minutes."""
 
     def __init__(self, generate: Mapping[str, int] | None = None, **kwargs: Any) -> None:
-        kwargs.setdefault("classes", SHAPE_CLASSES)
+        if kwargs.get("classes") is None:
+            kwargs["classes"] = SHAPE_CLASSES
         super().__init__(**kwargs)
         self.spec = ShapesSpec(**(_plain(generate) or {}))
 
@@ -190,14 +209,26 @@ class CocoShapes(CocoInstanceSegmentation):
         return super().prepare_data(data_dir)
 
 
+def category_names(ann_file: Path) -> list[str]:
+    """The ``categories`` of a COCO annotation file, by id (mmdet's label order)."""
+    try:
+        categories = json.loads(Path(ann_file).read_text()).get("categories") or []
+        return [c["name"] for c in sorted(categories, key=lambda c: c["id"])]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+        reason = f"{type(error).__name__}: {error}"
+        raise DataError(f"{ann_file}: cannot read its categories ({reason})") from error
+
+
 def latest_checkpoint(link: Path, work_dir: Path) -> Path | None:
     """The checkpoint a rerun resumes from: ``checkpoints/last.pt``'s target, or mmengine's own
-    pointer when it is newer (a kill between mmengine's save and the link's update)."""
+    pointer when it is newer (a kill between mmengine's save and the link's update); either
+    only when it lies inside the run's ``mmdet/`` folder."""
+    from .record import pointed_checkpoint
+
     candidates = [link.resolve()] if link.exists() else []
-    pointer = work_dir / "last_checkpoint"
-    if pointer.is_file():
-        candidates.append(Path(pointer.read_text().strip()))
-    existing = [p for p in candidates if p.is_file()]
+    candidates = [p for p in candidates if p.is_relative_to(work_dir.resolve())]
+    pointed = pointed_checkpoint(work_dir)
+    existing = [p for p in [*candidates, *([pointed] if pointed else [])] if p.is_file()]
     return max(existing, key=lambda p: p.stat().st_mtime_ns) if existing else None
 
 

@@ -21,12 +21,16 @@ metadata order.
 
 from __future__ import annotations
 
+import codecs
 import pickle
 from pathlib import Path
 
 import numpy as np
 
 from src.errors import DataError
+
+np_core = np._core if hasattr(np, "_core") else np.core  # NumPy 2 renamed numpy.core
+np_multiarray, np_numeric = np_core.multiarray, np_core.numeric
 
 PIXEL_VOCAB_SIZE = 256
 GRAY_WEIGHTS = np.array([0.2989, 0.5870, 0.1140])
@@ -54,12 +58,67 @@ def read_cifar_batches(folder: Path, split: str) -> tuple[np.ndarray, np.ndarray
         path = Path(folder) / name
         if not path.is_file():
             raise DataError(f"missing CIFAR-10 file {path}: {CIFAR_HINT}")
-        with open(path, "rb") as f:
-            batch = pickle.load(f, encoding="bytes")
-        data = np.asarray(batch[b"data"], dtype=np.uint8)
-        images.append(data.reshape(-1, 3, 32, 32))
-        labels.append(np.asarray(batch[b"labels"], dtype=np.int64))
+        batch = load_cifar_batch(path)
+        data, targets = (_entry(batch, key, path) for key in ("data", "labels"))
+        try:
+            images.append(np.asarray(data, dtype=np.uint8).reshape(-1, 3, 32, 32))
+            labels.append(np.asarray(targets, dtype=np.int64).reshape(-1))
+        except (TypeError, ValueError) as error:
+            message = f"{path}: 'data' must be N×3072 pixels and 'labels' N integers ({error})"
+            raise DataError(message) from error
+        if len(labels[-1]) != len(images[-1]):
+            raise DataError(f"{path}: {len(images[-1])} images but {len(labels[-1])} labels")
     return np.concatenate(images), np.concatenate(labels)
+
+
+class CifarUnpickler(pickle.Unpickler):
+    """Unpickles what CIFAR-10's batches hold and nothing else: dicts, lists, bytes, numbers and
+    NumPy arrays. Any other global a file names (``os.system``, a class whose ``__reduce__`` runs
+    code) is refused before it is looked up, so a crafted batch can never execute anything."""
+
+    ALLOWED = {
+        ("numpy", "ndarray"): np.ndarray,
+        ("numpy", "dtype"): np.dtype,
+        ("_codecs", "encode"): codecs.encode,  # bytes, as Python 3 pickles them at protocol 2
+        **{
+            (f"numpy.{core}.multiarray", name): getattr(np_multiarray, name)
+            for core in ("core", "_core")
+            for name in ("_reconstruct", "scalar")
+        },
+        **{(f"numpy.{core}.numeric", "_frombuffer"): np_numeric._frombuffer for core in ("core", "_core")},
+    }
+
+    def find_class(self, module: str, name: str):
+        try:
+            return self.ALLOWED[(module, name)]
+        except KeyError:
+            raise pickle.UnpicklingError(f"it refers to {module}.{name}") from None
+
+
+def load_cifar_batch(path: Path) -> dict:
+    """One pickled batch, read with :class:`CifarUnpickler`; a :class:`DataError` for anything else."""
+    try:
+        with open(path, "rb") as f:
+            batch = CifarUnpickler(f, encoding="bytes").load()
+    except pickle.UnpicklingError as error:
+        raise DataError(
+            f"{path} is not a CIFAR-10 batch: {error}, which the official batches never do; refused "
+            f"without running it. {CIFAR_HINT}"
+        ) from error
+    except (EOFError, ValueError, TypeError, AttributeError, IndexError) as error:
+        reason = f"{type(error).__name__}: {error}"
+        raise DataError(f"{path} is damaged or not a CIFAR-10 batch ({reason})") from error
+    if not isinstance(batch, dict):
+        raise DataError(f"{path} is not a CIFAR-10 batch (a pickled {type(batch).__name__}, not a dict)")
+    return batch
+
+
+def _entry(batch: dict, key: str, path: Path):
+    """``batch[b"data"]`` (the release, pickled by Python 2) or ``batch["data"]`` (a Python 3 copy)."""
+    for candidate in (key.encode(), key):
+        if candidate in batch:
+            return batch[candidate]
+    raise DataError(f"{path}: no '{key}' entry (it has {', '.join(map(repr, batch))}): {CIFAR_HINT}")
 
 
 def to_grayscale(rgb: np.ndarray) -> np.ndarray:

@@ -236,10 +236,12 @@ def test_embedded_default_learns_the_shapes(tmp_path):
 def test_a_validation_without_any_prediction_is_recorded_as_ap_zero(tmp_path):
     from types import SimpleNamespace
 
+    from src.engine.identity import Identity
     from src.engine.record import RunRecord
+    from src.engine.session import Opening, Session
 
-    record = RunRecord(tmp_path)
-    hook = SuiteRecordHook(record, "coco/bbox_mAP", "max", ["coco/bbox_mAP", "coco/segm_mAP"], 1, 0, 2)
+    session = Session(RunRecord(tmp_path), Identity({}), Opening("fresh", "id"))
+    hook = SuiteRecordHook(session, "coco/bbox_mAP", "max", ["coco/bbox_mAP", "coco/segm_mAP"], 1, 0, 2)
     hook.after_val_epoch(SimpleNamespace(iter=4), metrics={})  # what mmdet returns for no box at all
     hook.after_val_epoch(SimpleNamespace(iter=8), metrics={"coco/bbox_mAP": 0.25, "coco/segm_mAP": 0.5})
     rows = read_metrics(tmp_path)

@@ -1,0 +1,178 @@
+"""A run's identity: what its numbers depend on, so that a record never mixes two configurations.
+
+The identity is the resolved config minus the keys below, with ``paths.data_dir`` made absolute,
+hashed (:attr:`Identity.hash`). A rerun resumes a record only when the hashes agree; otherwise it
+refuses, listing each differing key with both values (:class:`IdentityMismatch`). Beside the
+identity, never in it, is the code version (:func:`code_version`): a rerun after a ``git pull``
+(a SLURM requeue after an update is normal) warns once and goes on, and ``summary.json`` records
+each session's code.
+
+Left out of the identity, because they provably do not bear on what the run computes:
+
+========================  ====================================================================
+``logger``                where the numbers are also sent (W&B)
+``paths.output_dir``      where the record lives (the folder is named by the overrides anyway)
+``sweep_name``            the multirun folder's name
+``trainer.progress``      the progress display
+``trainer.resume``        what a rerun does with an existing record
+``trainer.checkpoint_every``  how often the state is saved: resuming from any checkpoint is
+                          bit-identical to not stopping
+``trainer.num_workers``   data loading processes: each sample is drawn from (seed, epoch, index),
+                          whichever process loads it
+``trainer.nonfinite*``    the policy for a NaN/Inf loss; a run that skipped batches counts them in
+                          ``summary.json`` (``skipped_batches``)
+========================  ====================================================================
+
+Left out although they change the *bits* (not the meaning) of the result, so that a requeue on
+another node or with another thread count resumes: ``trainer.threads`` (the order of float
+reductions), ``trainer.device`` (CPU or GPU kernels), ``trainer.compile`` (fused kernels),
+``trainer.flush_denormal`` (values below 1.2e-38 flushed to zero). A run resumed across one of
+them is still one run, but no longer bit-identical to an uninterrupted one.
+
+``paths.data_dir`` changes the *meaning* (another data set under the same folder name): it joins
+the identity, as an absolute path, although it stays out of the folder's name.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from src.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+NO_BEARING = (
+    "logger",
+    "paths.output_dir",
+    "sweep_name",
+    "trainer.progress",
+    "trainer.resume",
+    "trainer.checkpoint_every",
+    "trainer.num_workers",
+    "trainer.nonfinite",
+    "trainer.nonfinite_limit_consecutive",
+    "trainer.nonfinite_limit_total",
+)
+CHANGES_BITS = ("trainer.threads", "trainer.device", "trainer.compile", "trainer.flush_denormal")
+EXCLUDED = NO_BEARING + CHANGES_BITS
+ABSENT = type("Absent", (), {"__repr__": lambda self: "(absent)"})()  # a key one side lacks
+
+
+class IdentityMismatch(ConfigError):
+    """A rerun whose configuration differs from the record it would resume."""
+
+
+@dataclass(frozen=True)
+class Identity:
+    """The identity of a run: ``config`` (the resolved config minus :data:`EXCLUDED`) and its hash."""
+
+    config: dict[str, Any]
+
+    @property
+    def hash(self) -> str:
+        text = json.dumps(self.config, sort_keys=True, separators=(",", ":"), default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    @classmethod
+    def of(cls, cfg: DictConfig | dict[str, Any]) -> Identity:
+        """The identity of a composed (or saved, resolved) config."""
+        plain = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else cfg
+        config = json.loads(json.dumps(plain, default=str))  # a deep, JSON-shaped copy
+        config.pop("hydra", None)
+        for key in EXCLUDED:
+            _drop(config, key.split("."))
+        data_dir = (config.get("paths") or {}).get("data_dir")
+        if data_dir is not None:
+            config["paths"]["data_dir"] = os.path.abspath(str(data_dir))
+        return cls(config)
+
+    def without(self, *keys: str) -> Identity:
+        """The identity with ``keys`` (dotted) left out, e.g. ``seed`` to group a run's seeds."""
+        config = json.loads(json.dumps(self.config))
+        for key in keys:
+            _drop(config, key.split("."))
+        return Identity(config)
+
+    def differences(self, other: Identity) -> dict[str, tuple[Any, Any]]:
+        """``{dotted key: (self's value, other's value)}`` for every key that differs
+        (:data:`ABSENT` where one side lacks the key)."""
+        mine, theirs = flatten(self.config), flatten(other.config)
+        pairs = {k: (mine.get(k, ABSENT), theirs.get(k, ABSENT)) for k in sorted(set(mine) | set(theirs))}
+        return {k: pair for k, pair in pairs.items() if pair[0] != pair[1]}
+
+    def check_same(self, recorded: Identity, where: Path | str, shown: int = 8) -> None:
+        """Raise :class:`IdentityMismatch` unless ``recorded`` (the record's) equals this one."""
+        if recorded.hash == self.hash:
+            return
+        diffs = recorded.differences(self)
+        listed = "; ".join(f"{k}: {_show(a)} → {_show(b)}" for k, (a, b) in list(diffs.items())[:shown])
+        more = f"; and {len(diffs) - shown} more" if len(diffs) > shown else ""
+        raise IdentityMismatch(
+            f"run folder {where} holds a record of another configuration (record → now: {listed}{more}). "
+            f"Rerun with trainer.resume=restart to move that record to {Path(where) / 'superseded'}/<n>/ "
+            "and start over, or give this run its own folder (another override or paths.output_dir)"
+        )
+
+
+def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}`` (lists are values)."""
+    if not isinstance(tree, dict) or not tree:
+        return {prefix: tree} if prefix else {}
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        out.update(flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+    return out
+
+
+def _drop(tree: dict[str, Any], path: list[str]) -> None:
+    node = tree
+    for part in path[:-1]:
+        node = node.get(part)
+        if not isinstance(node, dict):
+            return
+    node.pop(path[-1], None)
+
+
+def _show(value: Any) -> str:
+    return "(absent)" if value is ABSENT else json.dumps(value, default=str)
+
+
+@functools.lru_cache(maxsize=1)
+def source_digest() -> str:
+    """A digest of the suite's Python source (``src/``, ``tasks/``): edited code changes it,
+    committed or not."""
+    digest = hashlib.sha256()
+    for folder in ("src", "tasks"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            digest.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def git_revision() -> str | None:
+    """The suite's git commit (with ``-dirty`` for uncommitted changes), if known."""
+    try:
+        rev = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=5
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True, timeout=5
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if rev.returncode != 0:
+        return None
+    return rev.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
+def code_version() -> dict[str, str | None]:
+    """``{"git": <commit, -dirty when edited>, "source": <digest of the source>}``."""
+    return {"git": git_revision(), "source": source_digest()}

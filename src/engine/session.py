@@ -1,0 +1,177 @@
+"""One session's turn at a run folder: the lock, the identity check, and what to do with the
+record found there.
+
+``trainer.resume`` decides, when the folder already holds a record that trained:
+
+* ``auto`` (default): continue it when its identity (:mod:`.identity`) is this run's; refuse,
+  listing the differing keys, when it is not; a completed record is reported complete and left
+  as it is;
+* ``never``: refuse;
+* ``restart``: move the record to ``superseded/<n>/`` (never delete it) and start a new one.
+
+A record that never trained (a session that failed before its first step) is simply started
+again. The session also carries what the checkpoints must: the identity's hash and the list of
+sessions whose steps they hold, each with its code version. A checkpoint of another identity is
+refused; one written by other code is resumed with one warning, and ``summary.json`` lists the
+code of every session.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from src.errors import ConfigError, SuiteError
+
+from .distributed import Dist
+from .identity import Identity, code_version
+from .lock import RunLock
+from .record import RunRecord
+from .tracking import new_run_id
+
+log = logging.getLogger(__name__)
+
+RESUME_MODES = ("auto", "never", "restart")
+
+
+class RecordExists(ConfigError):
+    """``trainer.resume=never`` and the folder holds a record."""
+
+
+class CheckpointMismatch(SuiteError):
+    """A checkpoint written for another identity than this run's."""
+
+
+@dataclass
+class Opening:
+    """What the main process found in the folder, shared with every process."""
+
+    kind: str  # fresh | resume | complete
+    wandb_id: str
+    logged_through: int | None = None  # the last step the record (and its W&B run) holds
+    summary: dict[str, Any] | None = None  # a complete record's
+    superseded: str | None = None  # where a restart moved the earlier record
+
+
+@dataclass
+class Session:
+    """This process's session at ``record``: see the module docstring."""
+
+    record: RunRecord
+    identity: Identity
+    opening: Opening
+    earlier: list[dict[str, Any]] = field(default_factory=list)  # sessions the resumed state holds
+    current: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def kind(self) -> str:
+        return self.opening.kind
+
+    def __post_init__(self) -> None:
+        self.current = {
+            "from_step": 0,
+            "code": code_version(),
+            "host": socket.gethostname(),
+            "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+        }
+
+    def sessions(self, step: int) -> list[dict[str, Any]]:
+        """Every session whose steps the state at ``step`` holds, this one last."""
+        return [*self.earlier, {**self.current, "to_step": step}]
+
+    def checkpoint_meta(self, step: int) -> dict[str, Any]:
+        """What a checkpoint carries of the record: the identity's hash and the sessions."""
+        return {"identity": self.identity.hash, "sessions": self.sessions(step)}
+
+    def adopt(self, meta: dict[str, Any] | None, path: Path, step: int) -> None:
+        """Continue from a checkpoint at ``step`` with ``meta`` (:meth:`checkpoint_meta`, None for a
+        checkpoint older than identities): refuse another identity, warn once on other code."""
+        self.current["from_step"] = step
+        if not meta:
+            return
+        if meta.get("identity") not in (None, self.identity.hash):
+            raise CheckpointMismatch(
+                f"checkpoint {path} was written for another configuration (identity {meta['identity']}, "
+                f"this run's {self.identity.hash}): rerun with trainer.resume=restart to move that record "
+                "aside and start over, or give this run its own folder"
+            )
+        self.earlier = list(meta.get("sessions") or [])
+        before = (self.earlier[-1].get("code") or {}) if self.earlier else {}
+        now = self.current["code"]
+        if before.get("source") and before.get("source") != now["source"]:
+            warnings.warn(
+                f"the code changed since checkpoint {path} was written (git {before.get('git')} → "
+                f"{now['git']}); resuming anyway: summary.json lists the code of each session",
+                stacklevel=2,
+            )
+
+
+class RunSession:
+    """``with RunSession(record, cfg, dist) as session:`` holds the folder's lock (main process)
+    and opens the record as ``trainer.resume`` says; every process gets the same decision."""
+
+    def __init__(self, record: RunRecord, cfg: DictConfig, dist: Dist) -> None:
+        self.record, self.cfg, self.dist = record, cfg, dist
+        self.identity = Identity.of(cfg)
+        self.lock = RunLock(record.dir) if dist.main else None
+
+    def __enter__(self) -> Session:
+        found: Opening | SuiteError
+        try:
+            if self.lock is not None:
+                self.lock.acquire()
+            found = open_record(self.record, self.cfg, self.identity) if self.dist.main else None
+        except SuiteError as error:
+            found = error
+        found = self.dist.share(found)
+        if isinstance(found, SuiteError):
+            if self.lock is not None and self.lock.fd is not None:
+                self.lock.release()
+            raise found
+        return Session(self.record, self.identity, found)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.lock is not None:
+            self.lock.release()
+
+
+def open_record(record: RunRecord, cfg: DictConfig, identity: Identity) -> Opening:
+    """The main process's decision (see the module docstring); writes a new record's first files."""
+    mode = cfg.trainer.get("resume", "auto")
+    if record.has_trained():
+        if mode == "never":
+            raise RecordExists(
+                f"run folder {record.dir} already holds a record (trainer.resume=never): "
+                "trainer.resume=auto continues it, trainer.resume=restart moves it to superseded/ "
+                "and starts over"
+            )
+        if mode == "auto":
+            return continued(record, identity)
+        moved = record.supersede()
+        log.info("moved the earlier record of %s to %s", record.dir, moved)
+        opening = Opening("fresh", new_run_id(), superseded=str(moved))
+    else:
+        opening = Opening("fresh", new_run_id())
+    record.start(cfg, identity, opening.wandb_id)
+    return opening
+
+
+def continued(record: RunRecord, identity: Identity) -> Opening:
+    """The opening of a record this run continues (or finds complete), once its identity agrees."""
+    recorded, meta = record.recorded_identity()
+    if recorded is not None:
+        identity.check_same(recorded, record.dir)
+    wandb_id = meta.get("wandb_id") or new_run_id()
+    if not meta:  # a record from before identities: give it one (its config.yaml agreed)
+        record.write_identity(identity, wandb_id)
+    summary = record.summary()
+    if summary is not None and summary.get("status") == "completed":
+        return Opening("complete", wandb_id, summary=summary)
+    return Opening("resume", wandb_id, logged_through=record.last_logged_step())
