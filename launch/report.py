@@ -64,9 +64,10 @@ class Cell:
 
 def describe(settings: dict) -> str:
     """``lam=10, trainer.max_steps=100`` (a variant's own options without their ``attn.``)."""
-    if not settings:
+    shown = {k: v for k, v in settings.items() if v is not None}  # None: a key this run's config lacks
+    if not shown:
         return "—"
-    return ", ".join(f"{k.removeprefix('attn.')}={v}" for k, v in settings.items())
+    return ", ".join(f"{k.removeprefix('attn.')}={v}" for k, v in shown.items())
 
 
 def experiments(runs: list[Run]) -> tuple[dict[tuple, list[Run]], list[tuple[Run, Run]]]:

@@ -256,6 +256,66 @@ def truncated_token_cache(root: Path) -> None:
     array.write_bytes(array.read_bytes()[: array.stat().st_size // 2])
 
 
+def earlier_session(root: Path, *args: str) -> None:
+    """The same command once before, to completion (``trainer.max_steps=2``, as every case runs)."""
+    options = list(args[: args.index("--config-dir") + 2]) if "--config-dir" in args else []
+    result = run_cli([*options, "trainer.max_steps=2", *args[len(options) :]], cwd=root)
+    assert result.returncode == 0, result.stderr[-2000:]
+
+
+def edited_experiment(root: Path) -> None:
+    """A run of ``--config-dir conf experiment=mine``, then the file edited (another lr)."""
+    (root / "conf" / "experiment").mkdir(parents=True)
+    mine = root / "conf" / "experiment" / "mine.yaml"
+    mine.write_text("# @package _global_\noptim:\n  lr: 0.005\n")
+    earlier_session(root, "--config-dir", "conf", "experiment=mine")
+    mine.write_text("# @package _global_\noptim:\n  lr: 0.01\n")
+
+
+def finished_run(root: Path) -> None:
+    earlier_session(root)
+
+
+def killed_with_a_long_record(root: Path) -> None:
+    """A run killed after its step-1 checkpoint whose metrics.jsonl is larger than the disk allows
+    (:func:`limit_file_size`): the resumed session's first write to it fails."""
+    earlier_session(root, "trainer.checkpoint_every=1", "trainer.log_every=1")
+    (folder,) = root.glob("outputs/**/checkpoints")
+    (folder / "previous.pt").replace(folder / "last.pt")  # the step-1 checkpoint
+    (folder.parent / "summary.json").unlink()
+    row = json.dumps({"step": 1, "split": "train", "train/loss": 2.0, "padding": "x" * 200})
+    with open(folder.parent / "metrics.jsonl", "a") as f:
+        f.write((row + "\n") * 2000)  # about 450 KB of rows up to step 1: all kept at resume
+
+
+def broken_jpeg_read_by_a_worker(root: Path) -> None:
+    broken_jpeg(root)
+
+
+def crafted_cifar(root: Path) -> None:
+    """CIFAR-10's python release, one batch replaced by a pickle that would run a command."""
+    import pickle
+
+    from smoke.lra import write_cifar
+
+    class Payload:
+        def __reduce__(self):
+            return (os.system, (f"touch {root / 'pwned'}",))
+
+    write_cifar(root / "cifar-10-batches-py", 4)
+    with open(root / "cifar-10-batches-py" / "data_batch_1", "wb") as f:
+        pickle.dump({b"data": Payload(), b"labels": [0]}, f, protocol=2)
+
+
+def shapes_as_coco(root: Path) -> None:
+    """COCO's layout whose categories (square, circle, triangle) are none of COCO's 80."""
+    from smoke.detection import TINY_SPEC
+
+    from tasks.detection.shapes import write_coco_shapes
+
+    write_coco_shapes(root / "coco", TINY_SPEC)
+
+
 def limit_file_size() -> None:
     """A full disk, as a process sees it: writes past 256 KB fail (Python ignores SIGXFSZ)."""
     resource.setrlimit(resource.RLIMIT_FSIZE, (256 * 1024, 256 * 1024))
@@ -363,9 +423,66 @@ CATALOGUE = [
         broken_config,
         {},
     ),
-    ("unwritable-output", ["paths.output_dir=/etc/hostname/out"], "Not a directory", 1, None, {}),
+    (
+        "unwritable-output",
+        ["paths.output_dir=/etc/hostname/out"],
+        "cannot write the run folder /etc/hostname/out/runs/digits/vit_digits/precond/seed=0/"
+        "trainer.max_steps=2 (Not a directory)",
+        2,
+        None,
+        {},
+    ),
+    (
+        "unwritable-run-folder",
+        ["hydra.run.dir=/proc/nope"],
+        "cannot write the run folder /proc/nope (No such file or directory)",
+        2,
+        None,
+        {},
+    ),
     ("full-disk", [], "cannot write checkpoint", 2, None, {"preexec": limit_file_size}),
+    (
+        "full-disk-at-resume",
+        ["trainer.checkpoint_every=1", "trainer.log_every=1"],
+        "metrics.jsonl (File too large;",
+        2,
+        killed_with_a_long_record,
+        {"preexec": limit_file_size},
+    ),
     ("corrupt-checkpoints", [], "no readable checkpoint", 2, corrupt_checkpoints, {}),
+    (
+        "changed-config",
+        ["--config-dir", "conf", "experiment=mine"],
+        "holds a record of another configuration (record → now: optim.lr: 0.005 → 0.01)",
+        2,
+        edited_experiment,
+        {},
+    ),
+    ("resume-never", ["trainer.resume=never"], "already holds a record", 2, finished_run, {}),
+    (
+        "broken-file-in-a-worker",
+        [*TINY_IMAGENET[:-1], "trainer.num_workers=1", "paths.data_dir=."],
+        "error: cannot read image imagenet/train/",
+        2,
+        broken_jpeg_read_by_a_worker,
+        {},
+    ),
+    (
+        "crafted-cifar-batch",
+        ["task=lra_image", "paths.data_dir=."],
+        "is not a CIFAR-10 batch: it refers to posix.system",
+        2,
+        crafted_cifar,
+        {"absent": "pwned"},
+    ),
+    (
+        "coco-categories-match-no-class",
+        ["task=coco", "paths.data_dir=.", "trainer.num_workers=0", "trainer.max_steps=1"],
+        "none of its 3 categories (square, circle, triangle) is one of the task's 80 classes",
+        2,
+        shapes_as_coco,
+        {"needs": "mmdet"},
+    ),
     ("no-gpu", ["trainer.device=cuda"], "no usable CUDA GPU", 2, None, {}),
     (
         "slurm-unavailable",
@@ -390,8 +507,15 @@ CATALOGUE = [
     "args, message, status, setup, extra", [c[1:] for c in CATALOGUE], ids=[c[0] for c in CATALOGUE]
 )
 def test_bad_input_ends_in_one_clear_message(args, message, status, setup, extra, tmp_path):
+    if extra.get("needs"):
+        pytest.importorskip(extra["needs"])
     if setup is not None:
         setup(tmp_path)
+    before = {  # the record a setup left (Hydra's own .hydra/ and log describe each invocation)
+        p: p.read_bytes()
+        for p in tmp_path.glob("outputs/**/*")
+        if p.is_file() and p.suffix != ".log" and ".hydra" not in p.parts
+    }
     env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled", **extra.get("env", {})}
     options = args[: args.index("--config-dir") + 2] if "--config-dir" in args else []  # before overrides
     overrides = args[len(options) :]
@@ -408,6 +532,13 @@ def test_bad_input_ends_in_one_clear_message(args, message, status, setup, extra
     assert message in result.stderr, result.stderr[-2000:]
     if status == 2:  # the suite's own errors: the message alone, no traceback
         assert "Traceback" not in result.stderr and "error: " in result.stderr
-    if status:  # nothing was half-written: a checkpoint exists only where the setup put one
-        for ckpt in tmp_path.glob("**/checkpoints/*.pt"):
-            assert setup is corrupt_checkpoints, ckpt
+    if status:  # nothing half-written, nothing lost: no new checkpoint, no temporary file
+        assert not [p for p in tmp_path.glob("**/checkpoints/*") if p not in before]
+        assert not list(tmp_path.glob("outputs/**/*.tmp"))
+        kept = {p: p.read_bytes() for p in before if p.exists()}
+        assert kept.keys() == before.keys(), "a file the setup wrote is gone"
+        changed = [p for p in before if kept[p] != before[p]]
+        assert {p.name for p in changed} <= {"failures.jsonl", "summary.json"}, changed  # the failure
+        assert not [p for p in changed if b'"completed"' in before[p]]  # a finished record, untouched
+    if extra.get("absent"):
+        assert not (tmp_path / extra["absent"]).exists()

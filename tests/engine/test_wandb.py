@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 import wandb
 from conftest import compose
 
 from src.engine import train
+from src.engine.record import read_metrics
 
 SHORT = [
     "logger=wandb",
@@ -86,3 +88,61 @@ def test_finish_runs_when_training_fails(tmp_path, monkeypatch):
     with pytest.raises(Exception, match="nonfinite|NaN|nan"):
         run(tmp_path, "optim.lr=1e30", "sched.warmup_steps=0", "trainer.clip_grad=null")
     assert fake.finished
+
+
+# -- a W&B run belongs to one record -------------------------------------------------------------
+
+
+def recording_init(monkeypatch) -> list[dict]:
+    """Replace wandb.init by one that records each init's arguments and its run's logs."""
+    runs: list[dict] = []
+
+    def init(**kwargs):
+        fake = FakeRun()
+        runs.append({"id": kwargs["id"], "resume": kwargs["resume"], "run": fake})
+        return fake
+
+    monkeypatch.setattr(wandb, "init", init)
+    return runs
+
+
+def test_a_new_record_gets_a_new_wandb_run(tmp_path, monkeypatch):
+    runs = recording_init(monkeypatch)
+    run(tmp_path)
+    shutil.rmtree(tmp_path / "run")  # deleted, then run again: a new record
+    run(tmp_path)
+    run(tmp_path, "trainer.resume=restart")  # the record moved aside: a new record again
+    ids = [r["id"] for r in runs]
+    assert len(ids) == 3 and len(set(ids)) == 3
+    saved = json.loads((tmp_path / "run" / "identity.json").read_text())["wandb_id"]
+    assert saved == ids[-1]
+
+
+def test_a_resumed_record_continues_its_wandb_run_without_sending_a_step_twice(tmp_path, monkeypatch):
+    from src.engine.trainer import Trainer
+
+    runs = recording_init(monkeypatch)
+    original = Trainer._optimizer_step
+
+    def killed_at_step_4(self, batches):  # after step 3 was logged; the checkpoint is step 2's
+        if self.state.step + 1 == 4:
+            raise KeyboardInterrupt
+        return original(self, batches)
+
+    args = ["trainer.log_every=1", "trainer.checkpoint_every=2", "trainer.max_steps=6"]
+    monkeypatch.setattr(Trainer, "_optimizer_step", killed_at_step_4)
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path, *args)
+    monkeypatch.setattr(Trainer, "_optimizer_step", original)
+    run(tmp_path, *args)  # resumes from step 2: step 3 is trained and recorded again
+
+    first, second = runs
+    assert first["id"] == second["id"] and second["resume"] == "allow"
+    sent = [(step, metrics) for r in runs for step, metrics in r["run"].logged]
+    record = [
+        (r["step"], {k: v for k, v in r.items() if k not in ("step", "split")})
+        for r in read_metrics(tmp_path / "run")
+    ]
+    strip = lambda rows: [(s, {k: v for k, v in m.items() if k != "throughput"}) for s, m in rows]  # noqa: E731
+    assert strip(sent) == strip(record)  # each row once: step 3, trained again, was not sent again
+    assert [s for s, _ in runs[1]["run"].logged][0] == 4

@@ -23,17 +23,25 @@ def write_run(
     error: str | None = None,
     task: str = "imagenet",
     backbone: str = "vit_base",
+    settings: dict | None = None,
+    folder: Path | None = None,
+    metric_mode: str | None = None,
 ) -> Path:
-    """A run folder as the suite writes it; ``curve`` is val/acc at STEPS (its last value is final)."""
-    folder = root / task / backbone / attn / f"seed={seed}"
+    """A run folder as the suite writes it; ``curve`` is val/acc at STEPS (its last value is final);
+    ``settings`` (dotted keys) go into its config."""
+    folder = folder or root / task / backbone / attn / f"seed={seed}"
     folder.mkdir(parents=True)
-    cfg = {
-        "task": {"name": task, "metric": "val/acc"},
-        "backbone": {"name": backbone},
-        "attn": {"variant": attn},
-        "seed": seed,
-    }
-    OmegaConf.save(OmegaConf.create(cfg), folder / "config.yaml")
+    cfg = OmegaConf.create(
+        {
+            "task": {"name": task, "metric": "val/acc"},
+            "backbone": {"name": backbone},
+            "attn": {"variant": attn},
+            "seed": seed,
+        }
+    )
+    for key, value in (settings or {}).items():
+        OmegaConf.update(cfg, key, value, force_add=True)
+    OmegaConf.save(cfg, folder / "config.yaml")
     rows = [{"step": s, "split": "val", "val/acc": v} for s, v in zip(STEPS, curve or [], strict=False)]
     rows += [
         {"step": s, "split": "monitor", "kappa/W_Q/median": 3.0 - i / 10} for i, s in enumerate(STEPS[:3])
@@ -46,6 +54,7 @@ def write_run(
             "steps_per_epoch": 10,
             "error": error,
             "final": {"val/acc": curve[-1]} if status == "completed" else {},
+            **({"metric_mode": metric_mode} if metric_mode else {}),
         }
         (folder / "summary.json").write_text(json.dumps(summary))
     return folder
@@ -84,11 +93,9 @@ def test_steps_to_reach_the_baseline_are_right(runs_root):
 def test_the_report_lists_failed_and_missing_runs(runs_root, capsys):
     assert report.main([str(runs_root), "--out", str(runs_root / "out")]) == 0
     text = (runs_root / "out" / "report.md").read_text()
-    assert (
-        "| imagenet | vit_base | cond_init | val/acc | 84.00 ± 1.41 | 2 | 3.00 | 81.50 (P4) | 1.20 | 2.50 |"
-        in text
-    )
-    assert "| imagenet | vit_base | cond_init | 650 | 65.0 | 2/2 | 0.65 | 0.70 |" in text
+    row = "| cond_init | — | val/acc | 84.00 ± 1.41 | 2 | 3.00 | 81.50 (P4) | 1.20 | 2.50 |"
+    assert f"| imagenet | vit_base {row}" in text
+    assert "| imagenet | vit_base | cond_init | — | 650 | 65.0 | 2/2 | 0.65 | 0.70 |" in text
     assert "## Runs that did not complete (2)" in text
     assert "RuntimeError: planted failure" in text and "last logged step 300" in text  # its monitor rows
     for name in ("curves_imagenet_vit_base.png", "kappa_imagenet_vit_base.png"):
@@ -132,3 +139,86 @@ def test_runs_can_come_from_wandb():
     crashed = [r for r in runs if r.status != "completed"]
     assert [(r.attn, r.status) for r in crashed] == [("spectral", "failed")]
     assert runs[0].series("kappa/W_Q/median", "monitor") == ([20], [2.0])
+
+
+# -- experiments are identities, not folder names -------------------------------------------------
+
+
+def test_runs_of_different_settings_are_never_pooled_as_seeds(tmp_path):
+    """The finding: a 1000-step `spectral mode=svd` run and a 100-step `spectral lam=10` run
+    became one cell "60.83 ± 51.85, n=2"."""
+    write_run(tmp_path, "spectral", 0, [0.9] * 10, settings={"attn.mode": "svd", "trainer.max_steps": 1000})
+    write_run(
+        tmp_path / "b", "spectral", 0, [0.2] * 10, settings={"attn.lam": 10.0, "trainer.max_steps": 100}
+    )
+    write_run(
+        tmp_path / "c", "spectral", 1, [0.3] * 10, settings={"attn.lam": 10.0, "trainer.max_steps": 100}
+    )
+    cells = sorted(report.table(read_runs([tmp_path])), key=lambda c: c.mean)
+    assert [(c.n, c.mean) for c in cells] == [(2, pytest.approx(0.25)), (1, pytest.approx(0.9))]
+    assert cells[0].label == "lam=10.0, trainer.max_steps=100"
+    assert cells[1].label == "mode=svd, trainer.max_steps=1000"
+    assert report.main([str(tmp_path), "--out", str(tmp_path / "out")]) == 0
+    assert (
+        "| spectral | lam=10.0, trainer.max_steps=100 | val/acc | 25.00 ±"
+        in (tmp_path / "out" / "report.md").read_text()
+    )
+
+
+def test_the_same_experiment_and_seed_twice_is_a_duplicate_counted_once(tmp_path):
+    write_run(tmp_path, "standard", 0, [0.8] * 10)
+    write_run(tmp_path, "standard", 0, [0.8] * 10, folder=tmp_path / "again" / "standard")
+    write_run(tmp_path, "standard", 1, [0.9] * 10)
+    (cell,) = report.table(read_runs([tmp_path]))
+    assert cell.n == 2 and cell.mean == pytest.approx(0.85)
+    assert report.main([str(tmp_path), "--out", str(tmp_path / "out")]) == 0
+    text = (tmp_path / "out" / "report.md").read_text()
+    assert "## Duplicate runs (1)" in text and f"{tmp_path / 'imagenet'}" in text
+
+
+def test_which_way_is_better_comes_from_the_summary_not_the_metric_name(tmp_path):
+    """A metric named like an accuracy that is minimised (an error rate logged as val/acc here)."""
+    for seed in (0, 1):
+        write_run(tmp_path, "standard", seed, [1.0 - s / 2000 for s in STEPS], metric_mode="min")
+    write_run(tmp_path, "cond_init", 0, [1.0 - s / 1000 for s in STEPS], metric_mode="min")
+    conv = {c.attn: c for c in report.convergence(read_runs([tmp_path]))}
+    assert conv["cond_init"].steps == 500 and conv["cond_init"].ratio == 0.5  # 0.5 reached at step 500
+
+
+def test_a_run_that_failed_before_training_is_listed_as_failed_to_start_with_its_error(tmp_path):
+    folder = tmp_path / "digits" / "vit_digits" / "standard" / "seed=0"
+    (folder / ".hydra").mkdir(parents=True)
+    hydra_config = {  # as Hydra saves it: unresolved (this interpolation cannot resolve here)
+        "task": {"name": "digits"},
+        "backbone": {"name": "vit_digits"},
+        "attn": {"variant": "standard"},
+        "seed": 0,
+        "paths": {"data_dir": "${oc.env:NOPE}"},
+    }
+    OmegaConf.save(OmegaConf.create(hydra_config), folder / ".hydra" / "config.yaml")
+    (folder / "failures.jsonl").write_text(json.dumps({"error": "DataError: missing data folder x"}) + "\n")
+    bare = tmp_path / "digits" / "vit_digits" / "precond" / "seed=0"
+    (bare / ".hydra").mkdir(parents=True)
+    text = (folder / ".hydra" / "config.yaml").read_text()
+    (bare / ".hydra" / "config.yaml").write_text(text.replace("variant: standard", "variant: precond"))
+    runs = {r.attn: r for r in read_runs([tmp_path])}
+    assert (runs["standard"].status, runs["standard"].error) == (
+        "failed to start",
+        "DataError: missing data folder x",
+    )
+    assert runs["precond"].status == "failed to start" and "before writing anything" in runs["precond"].error
+
+
+def test_a_torn_record_is_read_with_a_warning_and_a_damaged_one_is_listed(tmp_path):
+    torn = write_run(tmp_path, "standard", 0, [0.8] * 10)
+    with open(torn / "metrics.jsonl", "a") as f:
+        f.write('{"step": 1100, "spl')
+    damaged = write_run(tmp_path, "standard", 1, [0.8] * 10)
+    lines = (damaged / "metrics.jsonl").read_text().splitlines()
+    (damaged / "metrics.jsonl").write_text("\n".join([lines[0][:-3], *lines[1:]]) + "\n")
+    with pytest.warns(UserWarning, match="dropped a torn last line"):
+        runs = {r.seed: r for r in read_runs([tmp_path])}
+    assert runs[0].status == "completed" and len(runs[0].rows) == 13
+    assert runs[1].status == "unreadable" and "metrics.jsonl:1 is damaged" in runs[1].error
+    with pytest.warns(UserWarning):
+        assert report.main([str(tmp_path), "--out", str(tmp_path / "out")]) == 0

@@ -280,3 +280,116 @@ def test_ddp_on_cpu_writes_one_record(tmp_path):
         == [(1, "monitor"), (1, "train"), (2, "monitor"), (2, "train"), (2, "val")]
     )
     assert (run_dir / "checkpoints" / "last.pt").resolve().is_file()
+
+
+# -- reading a user's data and the run's own files safely ----------------------------------------
+
+
+def coco_task(tmp_path, *overrides: str):
+    data = f"paths.data_dir={tmp_path}"
+    cfg = compose(["task=coco", *OVERRIDES["coco"], data, *overrides], tmp_path / "out")
+    return cfg, instantiate(cfg.task)
+
+
+def train_dataset(tmp_path, *overrides: str):
+    cfg, task = coco_task(tmp_path, *overrides)
+    root = task.prepare_data(tmp_path)
+    return DATASETS.build(build_config(task, cfg, tmp_path / "work", root).train_dataloader.dataset), task
+
+
+@pytest.mark.parametrize("name", ["../../../etc/hostname", "/etc/hostname", "a/../../b.jpg", "C:\\x.jpg"])
+def test_a_file_name_that_leaves_the_image_folder_is_refused_naming_the_image(tmp_path, name):
+    write_coco_fixture(tmp_path / "coco", SPEC)
+    ann = tmp_path / "coco" / "annotations" / "instances_train2017.json"
+    raw = json.loads(ann.read_text())
+    raw["images"][1]["file_name"] = name
+    ann.write_text(json.dumps(raw))
+    image_id = raw["images"][1]["id"]
+    with pytest.raises(DataError, match=rf"image {image_id} has file_name .*which leaves the image folder"):
+        train_dataset(tmp_path)
+
+
+def test_categories_that_match_no_class_are_one_clear_error(tmp_path):
+    write_coco_shapes(tmp_path / "coco", SPEC)  # square, circle, triangle: none of COCO's 80 names
+    with pytest.raises(DataError) as error:
+        train_dataset(tmp_path)
+    message = str(error.value)
+    assert "none of its 3 categories (square, circle, triangle) is one of the task's 80 classes" in message
+    assert "task.classes=from_file" in message
+
+
+def test_classes_from_file_train_a_users_own_coco_format_data(tmp_path):
+    """A COCO-format data set of one's own, with its own categories, by one override."""
+    write_coco_shapes(tmp_path / "coco", SPEC)
+    dataset, task = train_dataset(tmp_path, "task.classes=from_file")  # declared: no `+` needed
+    assert task.classes == CLASSES and dataset.metainfo["classes"] == CLASSES
+    infos = [dataset.get_data_info(i) for i in range(len(dataset))]
+    labels = {inst["bbox_label"] for info in infos for inst in info["instances"]}
+    assert labels and labels <= {0, 1, 2}
+    cfg, _ = coco_task(tmp_path, "task.classes=from_file", "trainer.max_steps=1", "trainer.val_every=1")
+    summary = train(cfg, tmp_path / "run")
+    assert summary["status"] == "completed" and summary["steps"] == 1
+    mm = Config.fromfile(str(tmp_path / "run" / "mmdet" / "config.py"))
+    assert mm.model.roi_head.bbox_head.num_classes == 3
+
+
+class ReachesThroughGetattr:
+    """Unpickled, calls ``getattr`` on an allowed type: the first step of reaching anything."""
+
+    def __reduce__(self):
+        import collections
+
+        return (getattr, (collections.Counter, "fromkeys"))
+
+
+def test_mmengine_checkpoints_load_without_getattr(tmp_path):
+    """mmengine pickles its history buffers' statistics methods through ``getattr``; the suite's
+    checkpoints hold them without, and the safe loader admits no such function."""
+    from types import SimpleNamespace
+
+    from mmengine.logging import MessageHub
+
+    from src.engine.identity import Identity
+    from src.engine.record import RunRecord
+    from src.engine.session import Opening, Session
+    from tasks.detection.checkpoints import mmengine_checkpoints_load, mmengine_globals
+
+    assert getattr not in mmengine_globals() and not {eval, exec, __import__} & set(mmengine_globals())
+    hub = MessageHub.get_instance(f"test_{tmp_path.name}")
+    for value in (1.0, 2.0, 4.0):
+        hub.update_scalar("train/loss", value)
+    saved = {"meta": {"iter": 3}, "message_hub": hub.state_dict()}
+    torch.save({"meta": {}, "message_hub": hub.state_dict()}, tmp_path / "as_mmengine_saves.pth")
+    session = Session(RunRecord(tmp_path), Identity({"a": 1}), Opening("fresh", "id"))
+    SuiteRecordHook(session, "coco/bbox_mAP", "max", [], 1, 0, 2).before_save_checkpoint(
+        SimpleNamespace(iter=3), saved
+    )
+    torch.save(saved, tmp_path / "suite.pth")
+    torch.save({"meta": ReachesThroughGetattr()}, tmp_path / "crafted.pth")
+    with mmengine_checkpoints_load():
+        loaded = torch.load(tmp_path / "suite.pth", weights_only=True)
+        with pytest.raises(Exception, match="GLOBAL getattr was not an allowed global"):
+            torch.load(tmp_path / "crafted.pth", weights_only=True)
+        with pytest.raises(Exception, match="GLOBAL mmengine.logging.history_buffer.HistoryBuffer"):
+            torch.load(tmp_path / "as_mmengine_saves.pth", weights_only=True)
+    resumed = MessageHub.get_instance(f"resumed_{tmp_path.name}")
+    resumed.load_state_dict(loaded["message_hub"])
+    assert resumed.get_scalar("train/loss").mean() == pytest.approx(7 / 3)
+    assert resumed.get_scalar("train/loss").current() == 4.0
+    assert loaded["meta"]["suite"]["record"]["identity"] == Identity({"a": 1}).hash
+
+
+def test_a_checkpoint_pointer_outside_the_run_folder_is_ignored(tmp_path):
+    from tasks.detection.task import latest_checkpoint
+
+    work = tmp_path / "run" / "mmdet"
+    work.mkdir(parents=True)
+    outside = tmp_path / "elsewhere.pth"
+    outside.write_bytes(b"not this run's")
+    (work / "last_checkpoint").write_text(str(outside))
+    with pytest.warns(UserWarning, match="points outside the run folder"):
+        assert latest_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt", work) is None
+    inside = work / "iter_2.pth"
+    inside.write_bytes(b"this run's")
+    (work / "last_checkpoint").write_text(str(inside))
+    assert latest_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt", work) == inside.resolve()

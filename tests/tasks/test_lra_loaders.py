@@ -151,6 +151,47 @@ def test_cifar_is_grayscale_pixels_row_by_row_with_lras_splits(tmp_path):
     assert mask.all() and tokens.shape == (2, 1024)  # full length: no padding even where pixels are 0
 
 
+class Payload:
+    """What a crafted batch would carry: unpickling it runs a command."""
+
+    def __init__(self, marker) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+
+        return (os.system, (f"touch {self.marker}",))
+
+
+@pytest.mark.parametrize("protocol", [2, 4, 5])
+def test_a_crafted_cifar_batch_runs_nothing_and_is_refused_by_name(tmp_path, protocol):
+    write_cifar(tmp_path / "cifar-10-batches-py", 3)
+    marker = tmp_path / "pwned"
+    batch = tmp_path / "cifar-10-batches-py" / "data_batch_2"
+    with open(batch, "wb") as f:
+        crafted = {b"data": np.zeros((3, 3072), np.uint8), b"labels": Payload(marker)}
+        pickle.dump(crafted, f, protocol=protocol)
+    with pytest.raises(DataError, match=rf"{batch} is not a CIFAR-10 batch: it refers to posix\.system"):
+        image_task().datasets(tmp_path)
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("protocol", [2, 4, 5])
+def test_cifar_batches_pickled_by_python_3_read_too(tmp_path, protocol):
+    """The official batches are Python 2 pickles (bytes keys); a copy written from the format's
+    description in Python 3 has str keys and NumPy arrays at any protocol."""
+    folder = tmp_path / "cifar-10-batches-py"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
+        data = rng.integers(0, 256, (4, 3072), dtype=np.uint8)
+        with open(folder / name, "wb") as f:
+            batch = {"data": data, "labels": np.arange(4) % 10, "batch_label": name}
+            pickle.dump(batch, f, protocol=protocol)
+    train, val = image_task(val_size=4).datasets(tmp_path)
+    assert len(train) == 16 and len(val) == 4 and train.labels.tolist() == [0, 1, 2, 3] * 4
+
+
 def test_missing_cifar_names_the_python_release(tmp_path):
     task = image_task()
     with pytest.raises(DataError, match=r"cifar-10-batches-py/data_batch_1.*cifar-10-python\.tar\.gz"):

@@ -1,0 +1,81 @@
+"""The run's identity: which settings it depends on, and how two of them differ."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from conftest import compose
+from omegaconf import OmegaConf
+
+from src.engine.identity import ABSENT, CHANGES_BITS, EXCLUDED, NO_BEARING, Identity, IdentityMismatch
+
+CHANGED = {  # one new value for each key left out of the identity
+    "logger": {"name": "wandb", "project": "p"},
+    "paths.output_dir": "/somewhere/else",
+    "sweep_name": "another",
+    "trainer.progress": "rich",
+    "trainer.resume": "restart",
+    "trainer.checkpoint_every": 7,
+    "trainer.num_workers": 3,
+    "trainer.nonfinite": "skip",
+    "trainer.nonfinite_limit_consecutive": 3,
+    "trainer.nonfinite_limit_total": 5,
+    "trainer.threads": 1,
+    "trainer.device": "cpu",
+    "trainer.compile": True,
+    "trainer.flush_denormal": False,
+}
+BEARING = {  # keys that do bear on the result, and a new value for each
+    "optim.lr": 0.123,
+    "trainer.max_steps": 77,
+    "trainer.val_every": 9,
+    "attn.eps": 0.5,
+    "seed": 5,
+    "task.batch_size": 8,
+    "backbone.model.depth": 2,
+}
+
+
+def identity_with(tmp_path, key: str, value) -> Identity:
+    cfg = compose(["trainer.max_steps=20"], tmp_path)
+    OmegaConf.update(cfg, key, value, force_add=True, merge=False)
+    return Identity.of(cfg)
+
+
+def test_every_key_left_out_is_documented_and_changes_nothing(tmp_path):
+    assert set(CHANGED) == set(EXCLUDED) == set(NO_BEARING) | set(CHANGES_BITS)
+    base = Identity.of(compose(["trainer.max_steps=20"], tmp_path))
+    for key, value in CHANGED.items():
+        assert identity_with(tmp_path, key, value).hash == base.hash, key
+
+
+@pytest.mark.parametrize("key, value", BEARING.items())
+def test_a_key_that_bears_changes_the_identity_and_is_named_with_both_values(tmp_path, key, value):
+    base = Identity.of(compose(["trainer.max_steps=20"], tmp_path))
+    other = identity_with(tmp_path, key, value)
+    assert other.hash != base.hash
+    before = OmegaConf.select(compose(["trainer.max_steps=20"], tmp_path), key)
+    assert base.differences(other) == {key: (before, value)}
+    with pytest.raises(IdentityMismatch) as error:
+        other.check_same(base, tmp_path / "run")
+    message = str(error.value)
+    assert f"{key}: " in message and "trainer.resume=restart" in message and "\n" not in message
+
+
+def test_the_data_folder_joins_the_identity_as_an_absolute_path(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    relative = identity_with(tmp_path, "paths.data_dir", "./data")
+    absolute = identity_with(tmp_path, "paths.data_dir", str(tmp_path / "data"))
+    elsewhere = identity_with(tmp_path, "paths.data_dir", str(tmp_path / "other"))
+    assert relative.hash == absolute.hash != elsewhere.hash
+    assert relative.config["paths"]["data_dir"] == os.path.join(str(tmp_path), "data")
+    assert list(relative.differences(elsewhere)) == ["paths.data_dir"]
+
+
+def test_a_key_one_side_lacks_is_shown_absent():
+    a = Identity({"attn": {"variant": "spectral"}})
+    b = Identity({"attn": {"variant": "spectral", "lam": 1.0}})
+    assert a.differences(b) == {"attn.lam": (ABSENT, 1.0)}
+    with pytest.raises(IdentityMismatch, match=r"attn\.lam: \(absent\) → 1\.0"):
+        b.check_same(a, "run")
