@@ -21,6 +21,7 @@ from launch import report
 from launch.records import read_runs
 from src.engine import checkpoint, train
 from src.engine.checkpoint import CheckpointError
+from src.engine.record import read_metrics
 from src.engine.trainer import NonFiniteLoss
 
 DIGITS_RUN = Path("runs/digits/vit_digits/precond/seed=0")
@@ -32,7 +33,7 @@ def only_run(root: Path) -> Path:
 
 
 def rows(run: Path) -> list[dict]:
-    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return read_metrics(run)
 
 
 def comparable(run: Path) -> list[dict]:
@@ -73,9 +74,7 @@ def test_killed_at_ten_random_steps_a_run_ends_bit_identical(tmp_path):
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and process.poll() is None:
             metrics = list((tmp_path / "killed").glob("outputs/**/metrics.jsonl"))
-            if metrics and any(
-                json.loads(line)["step"] >= target for line in metrics[0].read_text().splitlines()
-            ):
+            if metrics and any(r["step"] >= target for r in read_metrics(metrics[0].parent, warn=False)):
                 break
             time.sleep(0.02)
         assert process.poll() is None, f"the run ended before step {target}"

@@ -15,6 +15,7 @@ import torch
 from conftest import QUIET, ROOT, run_cli
 
 from src.engine import checkpoint
+from src.engine.record import read_metrics
 
 RUNS = Path("runs/digits/vit_digits/precond/seed=0")
 SUMMARY_KEYS = {"task", "backbone", "attn", "seed", "steps", "metric", "final", "best", "wall_s"}
@@ -34,7 +35,7 @@ def test_a_short_run_writes_the_full_record(tmp_path):
     summary = json.loads((run / "summary.json").read_text())
     assert SUMMARY_KEYS <= set(summary) and summary["steps"] == 20 and summary["attn"] == "precond"
     assert set(summary["final"]) == {"val/acc", "val/loss"} and summary["metric"] == "val/acc"
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    rows = read_metrics(run)
     assert all({"step", "split"} <= set(r) for r in rows)
     assert [r["step"] for r in rows if r["split"] == "val"] == [10, 20]
     assert any("kappa/W_Q/median" in r for r in rows if r["split"] == "monitor")
@@ -76,7 +77,7 @@ def test_a_multirun_over_the_six_variants_leaves_six_records(tmp_path):
 
 
 def comparable(run: Path) -> list[dict]:
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    rows = read_metrics(run)
     return [{k: v for k, v in r.items() if k != "throughput"} for r in rows]
 
 

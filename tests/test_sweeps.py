@@ -18,6 +18,7 @@ from hydra.utils import instantiate
 from src import attention
 from src.engine import train
 from src.engine.experiment import check_compatible, compatible_backbones
+from src.engine.record import read_metrics
 
 TWO_STEPS = [
     "trainer.max_steps=2",
@@ -103,7 +104,7 @@ def check_record(summary: dict, run_dir: Path) -> None:
         summary["steps"] == 2 and summary["status"] == "completed" and summary["metric"] in summary["final"]
     )
     assert (run_dir / "checkpoints" / "last.pt").exists()
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = read_metrics(run_dir)
     assert {r["split"] for r in rows} == {"train", "val", "monitor"}
 
 

@@ -80,7 +80,7 @@ def train_session(cfg: DictConfig, session: Session, dist: Dist) -> dict[str, An
             )
             record.write_summary(summary)
             if wandb is not None:
-                wandb.finish({f"final/{k}": v for k, v in summary["final"].items()})
+                wandb.finish(wandb_summary(summary))
                 wandb = None
             return summary
         datasets = task.datasets(Path(cfg.paths.data_dir))
@@ -132,7 +132,7 @@ def train_session(cfg: DictConfig, session: Session, dist: Dist) -> dict[str, An
         }
         record.write_summary(summary)
         if wandb is not None:
-            wandb.finish({f"final/{k}": v for k, v in final.items()})
+            wandb.finish(wandb_summary(summary))
             wandb = None
         return summary
     except Exception as error:
@@ -154,6 +154,11 @@ def open_wandb(cfg: DictConfig, session: Session, dist: Dist) -> WandbLogger | N
         run_id=session.opening.wandb_id,
         logged_through=session.opening.logged_through,
     )
+
+
+def wandb_summary(summary: dict[str, Any]) -> dict[str, Any]:
+    """What the W&B run's summary gets: the final metrics and which way the main one is better."""
+    return {**{f"final/{k}": v for k, v in summary["final"].items()}, "metric_mode": summary["metric_mode"]}
 
 
 def record_failure(cfg: DictConfig, session: Session, trainer: Trainer | None, error: Exception) -> None:

@@ -16,10 +16,12 @@ checkpoint so that a resumed run logs what an uninterrupted one does. The hooks 
 bare model (not its DDP or compiled wrapper) and must not draw from the global RNGs.
 
 A task that brings its own loop (detection trains in mmengine's Runner) defines
-``run(cfg, record, dist, wandb) -> dict`` instead of the data and loss methods: ``train`` calls
-it after the compatibility check and seeding, and writes what it returns (``steps``, ``final``,
-``best``, ``wall_s``, …; the record's rows and ``checkpoints/last.pt`` are its to write) into
-``summary.json`` beside the keys every run has (task, backbone, attn, seed, metric, status).
+``run(cfg, session, dist, wandb) -> dict`` instead of the data and loss methods: ``train`` calls
+it after the compatibility check, the opening of the record (:class:`src.engine.session.Session`:
+``session.record``, its identity, what a checkpoint carries) and seeding, and writes what it
+returns (``steps``, ``final``, ``best``, ``wall_s``, …; the record's rows and
+``checkpoints/last.pt`` are its to write) into ``summary.json`` beside the keys every run has
+(task, backbone, attn, seed, metric, status, sessions).
 """
 
 from __future__ import annotations

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 from conftest import compose
@@ -11,11 +9,12 @@ from smoke.classification import TINY_IMAGENET
 
 from src.engine import train
 from src.engine.numerics import flush_denormals, flushing_denormals
+from src.engine.record import read_metrics
 from src.engine.trainer import Trainer
 
 
 def losses(run_dir) -> list[float]:
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = read_metrics(run_dir)
     return [r["train/loss"] for r in rows if r["split"] == "train"]
 
 

@@ -64,7 +64,7 @@ def test_config_names_the_run_and_numbers_match_the_record(tmp_path, monkeypatch
     assert {"attn=spectral", "seed=3"} <= set(seen["tags"]) and seen["config"]["attn"][
         "variant"
     ] == "spectral"
-    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    rows = read_metrics(tmp_path / "run")
     record = [(r["step"], {k: v for k, v in r.items() if k not in ("step", "split")}) for r in rows]
     assert fake.logged == record and fake.finished
 

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from conftest import QUIET, ROOT, run_cli
 
+from src.engine.record import read_metrics
+
 SCRIPT = ROOT / "launch" / "local_slurm.sh"
 ON_LOCAL_CLUSTER = [
     "hydra/launcher=slurm",
@@ -125,7 +127,7 @@ def test_a_requeued_job_resumes_and_ends_like_an_uninterrupted_run(slurm_env, tm
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and metrics is None:
         found = list(tmp_path.glob("outputs/multirun/requeue/**/metrics.jsonl"))
-        if found and any(json.loads(line)["step"] >= 45 for line in found[0].read_text().splitlines()):
+        if found and any(r["step"] >= 45 for r in read_metrics(found[0].parent, warn=False)):
             metrics = found[0]
         time.sleep(0.2)
     assert metrics is not None, "the job never got past step 45"
@@ -141,7 +143,7 @@ def test_a_requeued_job_resumes_and_ends_like_an_uninterrupted_run(slurm_env, tm
     assert "REQUEUED" in history
     (log,) = (tmp_path / "outputs" / "multirun" / "requeue" / ".submitit" / job_id).glob("*_log.out")
     assert log.read_text().count("Starting with JobEnvironment") == 2  # killed mid-run, started again
-    steps = [json.loads(line)["step"] for line in metrics.read_text().splitlines()]
+    steps = [r["step"] for r in read_metrics(metrics.parent)]
     assert steps == sorted(steps) and steps[-1] == 1000  # resumed: no step logged twice, none lost
 
     (tmp_path / "reference").mkdir()

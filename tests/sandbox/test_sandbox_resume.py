@@ -3,8 +3,6 @@ gradient norms included), weights and snapshots, bit for bit."""
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 import torch
@@ -12,6 +10,7 @@ from conftest import compose
 from test_spikes import plant_spike
 
 from src.engine import checkpoint, train
+from src.engine.record import read_metrics
 from src.sandbox.snapshot import Snapshot
 from tasks.modadd import SparseModularAddition
 
@@ -31,7 +30,7 @@ OVERRIDES = [
 
 
 def comparable(run_dir) -> list[dict]:
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = read_metrics(run_dir)
     return [{k: v for k, v in r.items() if k != "throughput"} for r in rows]
 
 

@@ -13,6 +13,7 @@ from hydra.utils import instantiate
 from PIL import Image
 
 from src.engine import checkpoint, train
+from src.engine.record import read_metrics
 from src.engine.seeding import seed_everything
 from src.models.sandbox import ClusteringHead, RMSNorm
 from src.sandbox.compare import compare_figure, compare_gif, main
@@ -107,7 +108,7 @@ def test_a_run_writes_a_frame_per_validation_the_page_and_the_gif(tmp_path, back
     first = Snapshot.load(sandbox / "snapshots" / "step_0000000.npz")
     np.testing.assert_array_equal(first.readout, initial.token_emb.weight.detach().numpy())
     # Every grad_every steps: each module's gradient norm and each RMSNorm's top eigenvalue.
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = read_metrics(run_dir)
     grad_rows = [r for r in rows if "grad_norm/total" in r]
     assert [r["step"] for r in grad_rows] == list(range(5, 41, 5))
     norms = {f"norm_jacobian/{n}" for n, m in model.named_modules() if isinstance(m, RMSNorm)}

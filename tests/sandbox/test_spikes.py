@@ -8,6 +8,7 @@ import torch
 from conftest import compose
 
 from src.engine import experiment, train
+from src.engine.record import read_metrics
 from src.models.sandbox import ClusteringHead
 from src.sandbox.page import spike_events
 from src.sandbox.spikes import SpikeDetector, grad_norms, module_of, norm_jacobian_max
@@ -95,7 +96,7 @@ def plant_spike(monkeypatch, at: int, factor: float) -> None:
 
 
 def spike_steps(run_dir) -> list[int]:
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = read_metrics(run_dir)
     return [r["step"] for r in rows if "spike/loss" in r]
 
 
@@ -115,8 +116,8 @@ def test_a_step_with_a_multiplied_learning_rate_is_found_as_a_spike(tmp_path, mo
     assert not [s for s in found if s <= 60]  # nothing before it
     assert 61 not in spike_steps(tmp_path / "control")
     row = next(
-        json.loads(line)
-        for line in (tmp_path / "planted" / "metrics.jsonl").read_text().splitlines()
-        if '"spike/loss"' in line and json.loads(line)["step"] == 61
+        row
+        for row in read_metrics(tmp_path / "planted")
+        if "spike/loss" in row and row["step"] == 61
     )
     assert row["spike/ratio"] > 3 and row["spike/grad_norm/total"] > 0 and "norm_jacobian/norm1" in row

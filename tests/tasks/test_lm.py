@@ -17,6 +17,7 @@ from conftest import CONF, compose, run_cli
 from smoke.lm import documents, lines, write_gpt2_format_bpe, write_parquet, write_save_to_disk
 
 from src.engine import checkpoint, train
+from src.engine.record import read_metrics
 from src.errors import DataError
 from tasks.lm import CharCorpus, TinyStories, WikiText103
 from tasks.lm.cache import TokenWindows, cached_tokens, file_lock, unigram_entropy
@@ -208,7 +209,7 @@ def test_the_record_holds_perplexity_tokens_per_second_and_a_fixed_evaluation(tm
     summary = train(cfg, tmp_path / "run")
     final = summary["final"]
     assert summary["metric"] == "val/loss" and final["val/ppl"] == pytest.approx(math.exp(final["val/loss"]))
-    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    rows = read_metrics(tmp_path / "run")
     logged = [r for r in rows if r["split"] == "train"]
     assert logged and all(r["tokens_per_s"] == pytest.approx(32 * r["throughput"]) for r in logged)
 
