@@ -166,7 +166,7 @@ def test_a_sweep_keeps_what_finished_and_the_report_lists_the_failures(tmp_path)
     runs = read_runs([sweep])
     assert len(runs) == 12
     done = [r for r in runs if r.status == "completed"]
-    failed = [r for r in runs if r.status == "failed"]
+    failed = [r for r in runs if r.status == "failed to start"]  # before their first step
     assert len(done) == 10 and len(failed) == 2
     assert report.main([str(sweep), "--out", str(tmp_path / "report")]) == 0
     text = (tmp_path / "report" / "report.md").read_text()
