@@ -123,16 +123,18 @@ class RunSession:
         self.lock = RunLock(record.dir) if dist.main else None
 
     def __enter__(self) -> Session:
-        found: Opening | SuiteError
+        found: Opening | Exception | None
+        locked = False
         try:
             if self.lock is not None:
                 self.lock.acquire()
+                locked = True
             found = open_record(self.record, self.cfg, self.identity) if self.dist.main else None
-        except SuiteError as error:
+        except Exception as error:  # every process must learn of it, or the others would wait
             found = error
         found = self.dist.share(found)
-        if isinstance(found, SuiteError):
-            if self.lock is not None and self.lock.fd is not None:
+        if isinstance(found, Exception):
+            if locked:
                 self.lock.release()
             raise found
         return Session(self.record, self.identity, found)
