@@ -1,11 +1,12 @@
 """A run's identity: what its numbers depend on, so that a record never mixes two configurations.
 
-The identity is the resolved config minus the keys below, with ``paths.data_dir`` made absolute,
-hashed (:attr:`Identity.hash`). A rerun resumes a record only when the hashes agree; otherwise it
-refuses, listing each differing key with both values (:class:`IdentityMismatch`). Beside the
-identity, never in it, is the code version (:func:`code_version`): a rerun after a ``git pull``
-(a SLURM requeue after an update is normal) warns once and goes on, and ``summary.json`` records
-each session's code.
+The identity is the resolved config minus the keys below and its null values (so that an option
+added later, off by default, leaves earlier records' identity as it was), with ``paths.data_dir``
+made absolute, hashed (:attr:`Identity.hash`). A rerun resumes a record only when the hashes
+agree; otherwise it refuses, listing each differing key with both values
+(:class:`IdentityMismatch`). Beside the identity, never in it, is the code version
+(:func:`code_version`): a rerun after a ``git pull`` (a SLURM requeue after an update is normal)
+warns once and goes on, and ``summary.json`` records each session's code.
 
 Left out of the identity, because they provably do not bear on what the run computes:
 
@@ -64,7 +65,7 @@ NO_BEARING = (
 )
 CHANGES_BITS = ("trainer.threads", "trainer.device", "trainer.compile", "trainer.flush_denormal")
 EXCLUDED = NO_BEARING + CHANGES_BITS
-ABSENT = type("Absent", (), {"__repr__": lambda self: "(absent)"})()  # a key one side lacks
+ABSENT = type("Absent", (), {"__repr__": lambda self: "null"})()  # a key one side lacks (or sets null)
 
 
 class IdentityMismatch(ConfigError):
@@ -93,7 +94,7 @@ class Identity:
         data_dir = (config.get("paths") or {}).get("data_dir")
         if data_dir is not None:
             config["paths"]["data_dir"] = os.path.abspath(str(data_dir))
-        return cls(config)
+        return cls(_without_nulls(config))
 
     def without(self, *keys: str) -> Identity:
         """The identity with ``keys`` (dotted) left out, e.g. ``seed`` to group a run's seeds."""
@@ -104,7 +105,7 @@ class Identity:
 
     def differences(self, other: Identity) -> dict[str, tuple[Any, Any]]:
         """``{dotted key: (self's value, other's value)}`` for every key that differs
-        (:data:`ABSENT` where one side lacks the key)."""
+        (:data:`ABSENT` where one side lacks the key or sets it null)."""
         mine, theirs = flatten(self.config), flatten(other.config)
         pairs = {k: (mine.get(k, ABSENT), theirs.get(k, ABSENT)) for k in sorted(set(mine) | set(theirs))}
         return {k: pair for k, pair in pairs.items() if pair[0] != pair[1]}
@@ -133,6 +134,14 @@ def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def _without_nulls(tree: Any) -> Any:
+    """``tree`` without its null values: an option added later with a null default (off) leaves
+    the identity of the records written before it unchanged."""
+    if isinstance(tree, dict):
+        return {k: _without_nulls(v) for k, v in tree.items() if v is not None}
+    return tree
+
+
 def _drop(tree: dict[str, Any], path: list[str]) -> None:
     node = tree
     for part in path[:-1]:
@@ -143,7 +152,7 @@ def _drop(tree: dict[str, Any], path: list[str]) -> None:
 
 
 def _show(value: Any) -> str:
-    return "(absent)" if value is ABSENT else json.dumps(value, default=str)
+    return "null" if value is ABSENT else json.dumps(value, default=str)
 
 
 @functools.lru_cache(maxsize=1)

@@ -73,9 +73,12 @@ def test_the_data_folder_joins_the_identity_as_an_absolute_path(tmp_path, monkey
     assert list(relative.differences(elsewhere)) == ["paths.data_dir"]
 
 
-def test_a_key_one_side_lacks_is_shown_absent():
+def test_a_key_one_side_lacks_is_null_and_an_added_null_option_changes_nothing(tmp_path):
     a = Identity({"attn": {"variant": "spectral"}})
     b = Identity({"attn": {"variant": "spectral", "lam": 1.0}})
     assert a.differences(b) == {"attn.lam": (ABSENT, 1.0)}
-    with pytest.raises(IdentityMismatch, match=r"attn\.lam: \(absent\) → 1\.0"):
+    with pytest.raises(IdentityMismatch, match=r"attn\.lam: null → 1\.0"):
         b.check_same(a, "run")
+    before = Identity.of(compose(["trainer.max_steps=20"], tmp_path))  # a record from before an option
+    after = identity_with(tmp_path, "task.new_option", None)  # ... that came with a null default
+    assert before.hash == after.hash
