@@ -25,6 +25,7 @@ What holds, whatever happens to a session:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -163,6 +164,9 @@ class RunRecord:
             with open(self.failures_path, "a") as f:
                 f.write(json.dumps(plain_json(entry)[0]) + "\n")
         except OSError:
+            with contextlib.suppress(OSError):
+                if self.failures_path.stat().st_size == 0:  # created, but nothing could be written
+                    self.failures_path.unlink()
             return False
         return True
 
