@@ -23,7 +23,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from src.engine.identity import Identity, flatten
-from src.engine.record import RecordError, read_metrics
+from src.engine.record import RecordError, RunRecord, read_metrics
 
 
 @dataclass
@@ -52,6 +52,11 @@ class Run:
     def experiment(self) -> str:
         """The hash of the run's identity without its seed: what its seeds share."""
         return self.identity.hash
+
+    @property
+    def context(self) -> str:
+        """The hash of its identity without the variant either: the setting its baseline shares."""
+        return self.identity.without("attn").hash
 
     @property
     def higher_is_better(self) -> bool:
@@ -104,7 +109,7 @@ def read_run(folder: Path) -> Run:
         run.metric, run.metric_mode = summary.get("metric"), summary.get("metric_mode")
         run.final = {k: v for k, v in (summary.get("final") or {}).items() if v is not None}
         run.error, run.steps_per_epoch = summary.get("error"), summary.get("steps_per_epoch")
-        if run.status == "failed" and not run.rows and not trained(folder):
+        if run.status == "failed" and not RunRecord(folder, enabled=False).has_trained():
             run.status = "failed to start"
     elif run.rows:
         last = max(r["step"] for r in run.rows)
@@ -118,25 +123,20 @@ def read_run(folder: Path) -> Run:
 
 
 def run_config(folder: Path) -> tuple[Any, Identity]:
-    """The run's config and its identity: ``identity.json``'s, else one computed from the saved
-    config (Hydra's unresolved one resolves what it can)."""
+    """The run's config and its identity: the record's (:meth:`RunRecord.recorded_identity`),
+    else one computed from Hydra's unresolved config, resolving what it can."""
     own = folder / "config.yaml"
     cfg = OmegaConf.load(own if own.exists() else folder / ".hydra" / "config.yaml")
-    saved = folder / "identity.json"
-    if saved.exists():
-        try:
-            return cfg, Identity(json.loads(saved.read_text())["config"])
-        except (ValueError, KeyError):
-            pass
+    try:
+        identity, _ = RunRecord(folder, enabled=False).recorded_identity()
+    except RecordError:  # a damaged identity.json: the config still tells
+        identity = None
+    if identity is not None:
+        return cfg, identity
     try:
         return cfg, Identity.of(OmegaConf.to_container(cfg, resolve=True))
     except Exception:  # noqa: BLE001  Hydra's ${hydra:…} or ${oc.env:…} cannot resolve here
         return cfg, Identity.of(OmegaConf.to_container(cfg, resolve=False))
-
-
-def trained(folder: Path) -> bool:
-    checkpoints = folder / "checkpoints"
-    return checkpoints.is_dir() and any(checkpoints.iterdir())
 
 
 def last_failure(folder: Path) -> str | None:

@@ -38,8 +38,7 @@ class Cell:
     paper: PaperNumber | None
     baseline_mean: float | None = None  # our `standard` in the same setting
     options: dict = field(default_factory=dict)  # what tells it apart from its neighbours
-    seeds: list[int] = field(default_factory=list)
-    context: str = ""  # the identity without the variant and the seed: where its baseline is
+    context: str = ""  # :attr:`Run.context`: where its baseline is
 
     @property
     def label(self) -> str:
@@ -103,8 +102,7 @@ def table(runs: list[Run]) -> list[Cell]:
                 [r.final[metric] for r in members],
                 lookup(task, backbone, attn, metric),
                 options=settings.get(experiment, {}),
-                seeds=[r.seed for r in members],
-                context=members[0].identity.without("attn").hash,
+                context=members[0].context,
             )
         )
     baselines = {(c.task, c.backbone, c.context): c.mean for c in cells if c.attn == "standard"}
@@ -147,7 +145,7 @@ def convergence(runs: list[Run], metric: str | None = None) -> list[Convergence]
     contexts: dict[tuple, list[list[Run]]] = defaultdict(list)  # the same setting, any variant
     for members in groups.values():
         first = members[0]
-        contexts[(first.task, first.backbone, first.identity.without("attn").hash)].append(members)
+        contexts[(first.task, first.backbone, first.context)].append(members)
     out = []
     for (task, backbone, _), experiments_here in sorted(contexts.items(), key=lambda kv: kv[0][:2]):
         base = next((m for m in experiments_here if m[0].attn == "standard"), None)
@@ -234,8 +232,13 @@ def markdown(cells: list[Cell], conv: list[Convergence], runs: list[Run]) -> str
             f"{v.reached}/{v.seeds} | "
             f"{ratio} | {p4_ratio} |"
         )
+    return "\n".join([*lines, *not_counted(runs)]) + "\n"
+
+
+def not_counted(runs: list[Run]) -> list[str]:
+    """The report's last sections: runs that did not complete, and duplicates counted once."""
     failed = [r for r in runs if r.status != "completed"]
-    lines += ["", f"## Runs that did not complete ({len(failed)})", ""]
+    lines = ["", f"## Runs that did not complete ({len(failed)})", ""]
     if failed:
         lines += [
             "| run | task | backbone | variant | seed | status | error |",
@@ -252,7 +255,7 @@ def markdown(cells: list[Cell], conv: list[Convergence], runs: list[Run]) -> str
         heading = f"## Duplicate runs ({len(duplicates)}): the same experiment and seed, counted once"
         lines += ["", heading, ""]
         lines += [f"- {dup.name} repeats {kept.name} (seed {kept.seed})" for kept, dup in duplicates]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def plot(runs: list[Run], out: Path) -> list[Path]:

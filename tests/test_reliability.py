@@ -255,10 +255,16 @@ def truncated_token_cache(root: Path) -> None:
     array.write_bytes(array.read_bytes()[: array.stat().st_size // 2])
 
 
+def split_options(args: list[str]) -> tuple[list[str], list[str]]:
+    """Hydra's own options (``--config-dir DIR``), which go before the overrides, and the rest."""
+    cut = args.index("--config-dir") + 2 if "--config-dir" in args else 0
+    return args[:cut], args[cut:]
+
+
 def earlier_session(root: Path, *args: str) -> None:
     """The same command once before, to completion (``trainer.max_steps=2``, as every case runs)."""
-    options = list(args[: args.index("--config-dir") + 2]) if "--config-dir" in args else []
-    result = run_cli([*options, "trainer.max_steps=2", *args[len(options) :]], cwd=root)
+    options, overrides = split_options(list(args))
+    result = run_cli([*options, "trainer.max_steps=2", *overrides], cwd=root)
     assert result.returncode == 0, result.stderr[-2000:]
 
 
@@ -516,8 +522,7 @@ def test_bad_input_ends_in_one_clear_message(args, message, status, setup, extra
         if p.is_file() and p.suffix != ".log" and ".hydra" not in p.parts
     }
     env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled", **extra.get("env", {})}
-    options = args[: args.index("--config-dir") + 2] if "--config-dir" in args else []  # before overrides
-    overrides = args[len(options) :]
+    options, overrides = split_options(args)
     result = subprocess.run(
         [sys.executable, "-m", "src.run", *options, "trainer.max_steps=2", *overrides, *QUIET],
         cwd=tmp_path,

@@ -11,6 +11,7 @@ import logging
 import os
 import socket
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -62,85 +63,101 @@ def train(cfg: DictConfig, run_dir: Path | str) -> dict[str, Any]:
         flush_denormals(flushed)
 
 
+@dataclass
+class Attempt:
+    """What a session has opened so far: its W&B run (finished whatever happens) and its
+    trainer (whose step the failure record names)."""
+
+    wandb: WandbLogger | None = None
+    trainer: Trainer | None = None
+
+
 def train_session(cfg: DictConfig, session: Session, dist: Dist) -> dict[str, Any]:
     """The session's training, with its failure recorded (see the module docstring)."""
-    record = session.record
-    wandb, trainer = None, None
+    attempt = Attempt()
     try:
         if cfg.trainer.get("threads"):  # tiny models run fastest on one CPU thread
             torch.set_num_threads(cfg.trainer.threads)
         task = instantiate(cfg.task)
         seed_everything(cfg.seed)
         if callable(getattr(task, "run", None)):  # a task with its own loop (detection: mmengine's Runner)
-            wandb = open_wandb(cfg, session, dist)
-            reached = task.run(cfg, session, dist, wandb)
-            summary = {**run_identity(cfg, task), **reached, "world_size": dist.world}
-            summary.update(
-                sessions=session.sessions(reached["steps"]), git=git_revision(), status="completed"
-            )
-            record.write_summary(summary)
-            if wandb is not None:
-                wandb.finish(wandb_summary(summary))
-                wandb = None
-            return summary
-        datasets = task.datasets(Path(cfg.paths.data_dir))
-        model = task.build_model(cfg.backbone)
-        attention.apply(model, instantiate(cfg.attn))
-        model.to(dist.device)
-        steps_per_epoch = max(1, len(datasets[0]) // (task.batch_size * dist.world * cfg.trainer.accumulate))
-        total_steps = cfg.trainer.max_steps or cfg.trainer.max_epochs * steps_per_epoch
-        trainer_cfg = cfg.trainer.copy()
-        if cfg.trainer.get("val_every_epochs"):  # validate per epoch (P4's convergence table)
-            trainer_cfg.val_every = max(1, round(cfg.trainer.val_every_epochs * steps_per_epoch))
-        optimizer = build_optimizer(cfg.optim, model)
-        scheduler = build_scheduler(cfg.sched, optimizer, total_steps, steps_per_epoch)
-        ema = ModelEmaV3(model, decay=cfg.trainer.ema) if cfg.trainer.ema else None
-
-        wandb = open_wandb(cfg, session, dist)
-        trainer = Trainer(
-            trainer_cfg,
-            task,
-            model,
-            optimizer,
-            scheduler,
-            datasets,
-            session,
-            dist,
-            seed=cfg.seed,
-            total_steps=total_steps,
-            wandb=wandb,
-            ema=ema,
-        )
-        started = time.monotonic()
-        state = trainer.fit()
-        final = state.last_val or trainer.evaluate(trainer.model)
-        summary = {
-            **run_identity(cfg, task),
-            "steps": state.step,
-            "final": final,
-            "best": state.best,
-            "skipped_batches": state.skipped,
-            "wall_s": state.wall_s,
-            "session_s": time.monotonic() - started,
-            "steps_per_epoch": steps_per_epoch,
-            "params": sum(p.numel() for p in model.parameters()),
-            "world_size": dist.world,
-            "device": str(dist.device),
-            "sessions": session.sessions(state.step),
-            "git": git_revision(),
-            "status": "completed",
-        }
-        record.write_summary(summary)
-        if wandb is not None:
-            wandb.finish(wandb_summary(summary))
-            wandb = None
+            summary = own_loop(cfg, task, session, dist, attempt)
+        else:
+            summary = shared_loop(cfg, task, session, dist, attempt)
+        session.record.write_summary(summary)
+        if attempt.wandb is not None:
+            attempt.wandb.finish(wandb_summary(summary))
         return summary
     except Exception as error:
-        record_failure(cfg, session, trainer, error)
+        record_failure(cfg, session, attempt.trainer, error)
         raise
     finally:
-        if wandb is not None:
-            wandb.finish()
+        if attempt.wandb is not None:
+            attempt.wandb.finish()  # a no-op once finished with the summary
+
+
+def own_loop(cfg: DictConfig, task, session: Session, dist: Dist, attempt: Attempt) -> dict[str, Any]:
+    """Train a task that brings its own loop; the summary of what it reached."""
+    attempt.wandb = open_wandb(cfg, session, dist)
+    reached = task.run(cfg, session, dist, attempt.wandb)
+    return {
+        **run_identity(cfg, task),
+        **reached,
+        "world_size": dist.world,
+        "sessions": session.sessions(reached["steps"]),
+        "git": git_revision(),
+        "status": "completed",
+    }
+
+
+def shared_loop(cfg: DictConfig, task, session: Session, dist: Dist, attempt: Attempt) -> dict[str, Any]:
+    """Build model, variant, optimizer, schedule and the shared loop, train; the summary."""
+    datasets = task.datasets(Path(cfg.paths.data_dir))
+    model = task.build_model(cfg.backbone)
+    attention.apply(model, instantiate(cfg.attn))
+    model.to(dist.device)
+    steps_per_epoch = max(1, len(datasets[0]) // (task.batch_size * dist.world * cfg.trainer.accumulate))
+    total_steps = cfg.trainer.max_steps or cfg.trainer.max_epochs * steps_per_epoch
+    trainer_cfg = cfg.trainer.copy()
+    if cfg.trainer.get("val_every_epochs"):  # validate per epoch (P4's convergence table)
+        trainer_cfg.val_every = max(1, round(cfg.trainer.val_every_epochs * steps_per_epoch))
+    optimizer = build_optimizer(cfg.optim, model)
+    scheduler = build_scheduler(cfg.sched, optimizer, total_steps, steps_per_epoch)
+    ema = ModelEmaV3(model, decay=cfg.trainer.ema) if cfg.trainer.ema else None
+
+    attempt.wandb = open_wandb(cfg, session, dist)
+    trainer = attempt.trainer = Trainer(
+        trainer_cfg,
+        task,
+        model,
+        optimizer,
+        scheduler,
+        datasets,
+        session,
+        dist,
+        seed=cfg.seed,
+        total_steps=total_steps,
+        wandb=attempt.wandb,
+        ema=ema,
+    )
+    started = time.monotonic()
+    state = trainer.fit()
+    return {
+        **run_identity(cfg, task),
+        "steps": state.step,
+        "final": state.last_val or trainer.evaluate(trainer.model),
+        "best": state.best,
+        "skipped_batches": state.skipped,
+        "wall_s": state.wall_s,
+        "session_s": time.monotonic() - started,
+        "steps_per_epoch": steps_per_epoch,
+        "params": sum(p.numel() for p in model.parameters()),
+        "world_size": dist.world,
+        "device": str(dist.device),
+        "sessions": session.sessions(state.step),
+        "git": git_revision(),
+        "status": "completed",
+    }
 
 
 def open_wandb(cfg: DictConfig, session: Session, dist: Dist) -> WandbLogger | None:

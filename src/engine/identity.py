@@ -166,8 +166,10 @@ def source_digest() -> str:
     return digest.hexdigest()[:16]
 
 
+@functools.lru_cache(maxsize=1)
 def git_revision() -> str | None:
-    """The suite's git commit (with ``-dirty`` for uncommitted changes), if known."""
+    """The suite's git commit (with ``-dirty`` for uncommitted changes), if known: read once, as
+    the code this process runs is the code it imported."""
     try:
         rev = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=5

@@ -60,6 +60,16 @@ class Opening:
     superseded: str | None = None  # where a restart moved the earlier record
 
 
+def this_session() -> dict[str, Any]:
+    """This session as the record lists it (``to_step`` is added when it is written)."""
+    return {
+        "from_step": 0,
+        "code": code_version(),
+        "host": socket.gethostname(),
+        "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+
+
 @dataclass
 class Session:
     """This process's session at ``record``: see the module docstring."""
@@ -68,19 +78,11 @@ class Session:
     identity: Identity
     opening: Opening
     earlier: list[dict[str, Any]] = field(default_factory=list)  # sessions the resumed state holds
-    current: dict[str, Any] = field(default_factory=dict)
+    current: dict[str, Any] = field(default_factory=this_session)
 
     @property
     def kind(self) -> str:
         return self.opening.kind
-
-    def __post_init__(self) -> None:
-        self.current = {
-            "from_step": 0,
-            "code": code_version(),
-            "host": socket.gethostname(),
-            "started": time.strftime("%Y-%m-%d %H:%M:%S"),
-        }
 
     def sessions(self, step: int) -> list[dict[str, Any]]:
         """Every session whose steps the state at ``step`` holds, this one last."""

@@ -76,6 +76,7 @@ class WandbLogger:
             self._fail("log", e)
 
     def finish(self, summary: dict[str, Any] | None = None) -> None:
+        """Close the W&B run (with ``summary``); a second call does nothing."""
         if self.run is not None:
             try:
                 if summary:
@@ -85,6 +86,7 @@ class WandbLogger:
                 self.run.finish()
             except Exception as e:  # noqa: BLE001
                 self._fail("finish", e)
+            self.run = None
 
     def _fail(self, what: str, error: Exception) -> None:
         warnings.warn(

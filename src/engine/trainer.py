@@ -173,8 +173,8 @@ class Trainer:
     def skip_limits(self) -> tuple[int, int]:
         """``(in a row, in all)``: how many non-finite batches ``trainer.nonfinite=skip`` skips
         before it stops; the total defaults to 1% of the run's steps (at least the first limit)."""
-        in_row = self.cfg.get("nonfinite_limit_consecutive") or 10
-        total = self.cfg.get("nonfinite_limit_total") or max(in_row, math.ceil(0.01 * self.total_steps))
+        in_row = self.cfg.nonfinite_limit_consecutive
+        total = self.cfg.nonfinite_limit_total or max(in_row, math.ceil(0.01 * self.total_steps))
         return in_row, total
 
     def _non_finite(self, value: float) -> None:

@@ -68,9 +68,10 @@ class SuiteRecordHook(Hook):
         monitor_every: int,
         images_per_iter: int,
         wandb: WandbLogger | None = None,
+        resume_from: Path | None = None,
     ) -> None:
         self.session, self.record, self.wandb = session, session.record, wandb
-        self.resume_from: Path | None = None  # the checkpoint mmengine resumes from (for messages)
+        self.resume_from = resume_from  # the checkpoint mmengine resumes from (for messages)
         self.metric, self.metric_mode = metric, metric_mode
         self.required = list(dict.fromkeys([metric, *required]))  # in every validation row
         self.log_every, self.monitor_every, self.images_per_iter = log_every, monitor_every, images_per_iter

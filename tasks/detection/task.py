@@ -171,8 +171,8 @@ class CocoInstanceSegmentation:
             monitor_every=cfg.trainer.monitor_every or 0,
             images_per_iter=self.batch_size * dist.world,
             wandb=wandb,
+            resume_from=resume_from,
         )
-        hook.resume_from = resume_from
         started = time.monotonic()
         with mmengine_checkpoints_load():
             runner = Runner.from_cfg(mm)
@@ -225,10 +225,12 @@ def latest_checkpoint(link: Path, work_dir: Path) -> Path | None:
     only when it lies inside the run's ``mmdet/`` folder."""
     from .record import pointed_checkpoint
 
-    candidates = [link.resolve()] if link.exists() else []
-    candidates = [p for p in candidates if p.is_relative_to(work_dir.resolve())]
-    pointed = pointed_checkpoint(work_dir)
-    existing = [p for p in [*candidates, *([pointed] if pointed else [])] if p.is_file()]
+    linked = link.resolve() if link.exists() else None
+    existing = [
+        p
+        for p in (linked, pointed_checkpoint(work_dir))
+        if p is not None and p.is_file() and p.is_relative_to(work_dir.resolve())
+    ]
     return max(existing, key=lambda p: p.stat().st_mtime_ns) if existing else None
 
 
