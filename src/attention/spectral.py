@@ -3,14 +3,24 @@
 [paper] Each projection ``W`` becomes ``W + C``:
 ``SpecA(X) = softmax(X(W_Q+C_Q)(W_K+C_K)ᵀXᵀ) X(W_V+C_V)``.
 
+Option ``targets`` ([reading]): which of the projections receive ``C``: any of ``q``, ``k``,
+``v``, ``qk``, ``qv``, ``kv``, ``qkv``. The text gives each of Q, K, V a ``C = lam·I_{D×d}``;
+laid on a fused ``qkv`` weight (``3D×D``, as timm's ViT has it) as one rectangular identity,
+``lam·I_{3D×D}`` has its ones in the Q block only, which is ``targets=q``. ``targets=qkv``
+adds ``lam·I_{D×D}`` to each block (the literal per-projection reading). Default ``q``: the
+literal ``qkv`` with ``lam=10`` makes every token attend only to itself at init (ViT-Ti:
+median attention entropy 0.000, κ(P) = 1 because P = I), which cannot give P2's reported
+gains; the collapse needs both Q and K shifted (METHODS.md: on digits, 1000 steps, Q only
+trains to .94–.96 against .96–.98 for ``standard``; Q and K to .35–.44).
+
 Two corrections, option ``mode``:
 
 * ``identity`` (default; P2 Thm 3.8): ``C = lam · I_{D×d}``, a fixed buffer set once and
-  never trained; no extra parameters. [reading] With a fused ``qkv`` projection,
-  ``lam·I_{D×D}`` is added to each of the Q, K and V blocks, so head ``h`` sees the shifted
-  rectangular identity (ones at rows ``h*d + i``, columns ``h*d + i``). Speed: the weight
-  is parametrized as ``W + C`` (one element-wise add of a buffer per forward), so no extra
-  matmul runs. The buffer is not persistent: it is rebuilt from ``lam``.
+  never trained; no extra parameters. With a fused ``qkv`` projection, each targeted block
+  gets ``lam·I_{D×D}``, so head ``h`` sees the shifted rectangular identity (ones at rows
+  ``h*d + i``, columns ``h*d + i``). Speed: the weight is parametrized as ``W + C`` (one
+  element-wise add of a buffer per forward), so no extra matmul runs. The buffer is not
+  persistent: it is rebuilt from ``lam``.
 * ``svd`` (P2 Thm 3.5): per head, with ``W = U S Vᵀ``, ``C = σ_max U Vᵀ`` so that
   ``W + C = U (S + σ_max I) Vᵀ`` and ``κ(W + C) ≤ 2``. Recomputed from the current weight
   at every forward (the paper's 1.41× epoch time); ``U Vᵀ`` comes from a ``d×d`` eigen-
@@ -19,7 +29,9 @@ Two corrections, option ``mode``:
   ``C`` is treated as a constant of the step, so the gradient reaches ``W`` unchanged.
 
 Note (METHODS.md): with LayerNorm'd inputs ``lam = 10`` on both Q and K scales the logits
-by about 100; ``lam`` is a sweep axis, not a constant.
+by about 100; ``lam`` and ``targets`` are sweep axes (``conf/reading/spectral_*.yaml``). The
+svd mode's literal form is ``targets=qkv`` too; its shift keeps the weights' scale (``S`` →
+``S + σ_max``), so it does not collapse attention.
 
 Implementation: ``torch.nn.utils.parametrize`` on the projection's ``weight``; the trained
 parameter becomes ``<linear>.parametrizations.weight.original`` (load pretrained weights
@@ -96,18 +108,20 @@ def identity_correction(linear: nn.Linear, projections: list[Projection], lam: f
 @register
 @dataclass
 class Spectral(Variant):
-    """Add a spectral correction ``C`` to each of W_Q, W_K, W_V."""
+    """Add a spectral correction ``C`` to the projections ``targets`` names (of W_Q, W_K, W_V)."""
 
     name: ClassVar[str] = "spectral"
     mode: Literal["identity", "svd"] = "identity"
     lam: float = 10.0
+    targets: Literal["q", "k", "v", "qk", "qv", "kv", "qkv"] = "q"
     detach: bool = True
 
     def modify(self, model: nn.Module, sites: list[AttentionSite]) -> None:
         by_linear: dict[nn.Linear, list[tuple[Projection, AttentionSite]]] = defaultdict(list)
         for site in sites:
-            for proj in site.projections().values():
-                by_linear[proj.linear].append((proj, site))
+            for key, proj in site.projections().items():
+                if key[-1].lower() in self.targets:  # "W_Q" -> "q"
+                    by_linear[proj.linear].append((proj, site))
         for linear, owned in by_linear.items():
             if self.mode == "identity":
                 correction = identity_correction(linear, [p for p, _ in owned], self.lam)
@@ -116,3 +130,12 @@ class Spectral(Variant):
                 blocks = [(p.start, s.num_heads, s.head_dim) for p, s in owned]
                 parametrization = AddSpectralShift(blocks, self.detach)
             parametrize.register_parametrization(linear, "weight", parametrization)
+
+    def collapse_cause(self) -> str:
+        if self.mode == "identity" and "q" in self.targets and "k" in self.targets:
+            return (
+                f"attn.lam={self.lam:g} on both W_Q and W_K (attn.targets={self.targets}) scales the "
+                f"attention logits by about lam² = {self.lam**2:g}; attn.targets=q or a smaller attn.lam "
+                "keeps the softmax open"
+            )
+        return super().collapse_cause()

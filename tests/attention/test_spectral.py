@@ -33,17 +33,31 @@ def test_exact_correction_bounds_kappa_by_two(weights):
 
 @pytest.mark.parametrize("family", ["vit", "swin", "xcit", "davit"])
 def test_svd_mode_bounds_every_effective_head_weight(family):
-    monitor = ConditioningMonitor(attention.apply(tiny_model(family), "spectral", mode="svd"))
+    monitor = ConditioningMonitor(attention.apply(tiny_model(family), "spectral", mode="svd", targets="qkv"))
     weights = monitor.weights()
     assert all(weights[f"kappa/{w}/max"] <= 2 + 1e-5 for w in ("W_Q", "W_K", "W_V"))
     assert ConditioningMonitor(tiny_model(family)).weights()["kappa/W_Q/max"] > 2
+
+
+@pytest.mark.parametrize("targets", ["q", "k", "v", "qk", "qv", "kv", "qkv"])
+def test_targets_name_the_blocks_that_receive_the_correction(targets):
+    """On a fused qkv weight (3D×D), the default ``q`` is lam·I_{3D×D}: ones in the Q block only."""
+    model = attention.apply(tiny_model("vit"), "spectral", lam=10, targets=targets)
+    qkv = model.blocks[0].attn.qkv
+    dim = qkv.in_features
+    correction = qkv.parametrizations.weight[0].correction  # (3D, D)
+    for i, block in enumerate("qkv"):
+        expected = 10 * torch.eye(dim) if block in targets else torch.zeros(dim, dim)
+        torch.testing.assert_close(correction[i * dim : (i + 1) * dim], expected, rtol=0, atol=0)
+    if targets == "q":
+        torch.testing.assert_close(correction, 10 * torch.eye(3 * dim, dim), rtol=0, atol=0)
 
 
 def test_identity_mode_adds_lam_identity_to_each_block_with_no_new_parameter():
     original = tiny_model("vit")
     raw = original.blocks[0].attn.qkv.weight.detach().clone()  # (3D, D)
     n_params = sum(p.numel() for p in original.parameters())
-    model = attention.apply(original, "spectral", lam=10)
+    model = attention.apply(original, "spectral", lam=10, targets="qkv")
     qkv = model.blocks[0].attn.qkv
     dim = qkv.in_features
     torch.testing.assert_close(qkv.weight, raw + 10 * torch.eye(dim).repeat(3, 1))
@@ -66,7 +80,7 @@ def test_the_buffer_is_not_trained(images):
 
 
 def test_identity_mode_on_separate_projections_uses_a_rectangular_identity():
-    model = attention.apply(tiny_model("xcit"), "spectral", lam=3)  # its class attention has q, k, v Linears
+    model = attention.apply(tiny_model("xcit"), "spectral", lam=3, targets="qkv")  # class attention: q, k, v
     site = [s for s in attention.find_sites(model) if s.name.startswith("cls_attn")][0]
     for proj in site.projections().values():
         correction = proj.linear.parametrizations.weight[0].correction
@@ -89,11 +103,13 @@ def test_detached_svd_correction_has_the_gradient_of_a_constant_one(images, deta
     assert same == detach
 
 
-def test_large_lam_saturates_the_softmax(images):
-    """METHODS.md's warning, measured: lam = 10 on Q and K collapses attention entropy."""
+def test_large_lam_on_query_and_key_saturates_the_softmax_and_the_default_does_not(images):
+    """METHODS.md's warning, measured: lam = 10 on Q and K collapses attention entropy; on Q alone
+    (the default reading) the logits grow by about lam, not lam², and the softmax stays open."""
     entropy = {}
-    for lam in (0.5, 10.0):
-        monitor = ConditioningMonitor(attention.apply(tiny_model("vit"), "spectral", lam=lam))
-        entropy[lam] = monitor(images)["entropy/P/median"]
+    for lam, targets in ((0.5, "qkv"), (10.0, "qkv"), (10.0, "q")):
+        model = attention.apply(tiny_model("vit"), "spectral", lam=lam, targets=targets)
+        entropy[lam, targets] = ConditioningMonitor(model)(images)["entropy/P/median"]
     baseline = ConditioningMonitor(tiny_model("vit"))(images)["entropy/P/median"]
-    assert baseline > 0.9 and entropy[10.0] < 0.2 < entropy[0.5]
+    assert baseline > 0.9 and entropy[10.0, "qkv"] < 0.2 < entropy[0.5, "qkv"]
+    assert entropy[10.0, "q"] > 0.5
