@@ -4,33 +4,61 @@
 sample, once, at the input of the first transformer layer; no learnable parameters.
 Thm 4.4: for ``κ(X) > 2`` there is ``C`` with ``κ(X + C) ≤ 2``, built from the SVD of X.
 
-[reading] ``C = σ_max(X) · U Vᵀ`` from the thin SVD ``X = U Σ Vᵀ``, so
-``X + C = U (Σ + σ_max I) Vᵀ`` and ``κ(X + C) ≤ 2``. ``detach`` (default true): ``C`` is
-computed from a detached ``X`` and acts as a constant of the step.
+[reading] From the thin SVD ``X = U Σ Vᵀ``, ``C = σ_max · U Φ Vᵀ`` with Tikhonov filter
+factors ``φ_i = σ_i² / (σ_i² + (τ σ_max)²)`` (option ``tau``). Then
+``X + C = U (Σ + σ_max Φ) Vᵀ``: directions with ``σ_i ≫ τ σ_max`` get the full lift
+``σ_i + σ_max`` and ``κ(X + C) ≤ 2 (1 + (τ κ(X))²)`` over X's non-zero singular values
+(2.03 for ``κ(X) = 1.25·10³`` at the default ``τ = 10⁻⁴``); an exactly zero singular value
+stays zero. ``C = σ_max X (XᵀX)^{½} (XᵀX + τ²σ_max² I)^{-1}`` is a continuous function of X
+(Lipschitz about ``0.65/τ``), flat at zero: the rounding noise of a numerically zero direction
+is not amplified. ``τ = 0`` is the exact reading ``C = σ_max U Vᵀ`` (``κ(X + C) ≤ 2``), which
+is discontinuous where X is rank-deficient: tokens that leave a LayerNorm (Swin's patch
+embedding, DaViT's stem; at init every token is centred, ``X·1 = 0``) have one numerically
+zero singular value, and ``σ_max u vᵀ`` along it follows the rounding noise. Measured on the
+tiny Swin and DaViT of ``tests/conftest.py``, a 10⁻⁶ change of the input moves the logits by
+1.6·10⁻² at ``τ = 0``, 1.4·10⁻⁷ at ``τ = 10⁻⁴`` (standard: 0.7–0.9·10⁻⁷); eager and
+``torch.compile`` differ by 3·10⁻³ and 3·10⁻⁸. The square-root filter ``σ_i / √(σ_i² + τ²)``
+(``X (XᵀX + τ²σ_max² I)^{-½}``) is smooth too but has slope ``1/τ`` at zero: it amplifies that
+noise, 50–150× the standard's logit change. ``detach`` (default true): ``C`` is computed from
+a detached ``X`` and acts as a constant of the step.
+
+Option ``where`` ([reading], default ``block``): P3's text puts ``C`` "at the input of the
+first transformer layer", after class token and positions (``block``); its figure ("fed into
+the first layer of the transformer (positional encoding not shown)") allows correcting the
+patch embeddings before they join (``embed``, ``attn.where=embed``), which would explain P3's
+``κ ≈ 10¹`` at the block. It does not here: on a ViT-Ti/16 at init (1/f-noise images)
+``embed`` leaves ``κ ≈ 2.0–2.1`` at the block entry (positions are small beside the patch
+embeddings), so the text's reading is the default. The conditioning monitor measures
+``kappa/tokens`` at the block entry either way; on Swin and DaViT both entries are the same
+tensor (no absolute positions; DaViT's first stage does not downsample).
 
 Option ``method``:
 
 * ``svd`` (default): the exact thin SVD, one per sample and forward pass (the cost the
-  summaries of P3 name);
+  summaries of P3 name), and the filter factors above;
 * ``polar``: matmuls only. ``U Vᵀ`` is the polar factor of ``X``: ``steps`` scaled
   Newton–Schulz iterations (see :mod:`src.attention.polar`) and ``σ̂ ≈ σ_max`` from
   ``power_iters`` power iterations. The correction ``σ̂ · Y`` with ``Y ≈ U Vᵀ`` shares X's
   singular vectors, so ``κ(X + C) ≤ (1 + σ_max/σ̂) / s_min(Y)``: within 1% of the exact
   bound once ``s_min(Y) ≥ 0.995`` and ``σ̂ ≥ 0.995 σ_max``. The defaults (12 steps, 24
   power iterations) reach that for ``κ(X)`` up to about 10⁴ with one dominant direction
-  (as embedded tokens have); a flat-topped spectrum needs a few more steps. Newton–Schulz
-  maps an exactly zero singular value to zero, so tokens embedded through a LayerNorm with
-  unit gain and zero bias (Swin and DaViT at init: every token centred, ``X·1 = 0``) keep
-  ``κ = ∞`` under ``polar``; ``svd`` lifts that direction too.
+  (as embedded tokens have); a flat-topped spectrum needs a few more steps. ``Y`` is a
+  polynomial in X, hence already continuous (``tau`` does not apply): its own filter maps an
+  exactly zero singular value to zero and small ones with slope about ``2·10⁴`` (the product
+  of the 12 steps' ``1.5 c_k``), so a numerically zero direction is amplified (the tiny Swin
+  and DaViT: logits move by 1–2·10⁻⁴ for a 10⁻⁶ input change) and an exactly zero one keeps
+  ``κ = ∞``.
 
-Causal decoders ([reading]): a correction from the SVD of a whole sequence would let
-position ``t`` depend on tokens after ``t``. For a causal entry (``TokenEntry.causal``, the
-token ``nn.Embedding``) the correction conditions the embedding table ``E (V×D)`` instead:
-``C = σ_max(E) · U Vᵀ`` from ``E = U Σ Vᵀ``, so ``κ(E + C) ≤ 2`` and each token's embedding
-``E_i + C_i`` depends on the token alone. Since ``C_i = E_i · M`` with the ``D×D`` map
-``M = σ_max (EᵀE)^{-½}`` (pseudo-inverse on ``EᵀE``'s null space), the hook adds ``X·M`` to
-the embedding output ``X``; ``M`` comes from an eigendecomposition of the ``D×D`` Gram in
-float64, whichever ``method`` is set (no ``V×D`` factorisation is needed).
+Causal decoders ([reading], the suite's own method, not P3's): a correction from the SVD of a
+whole sequence would let position ``t`` depend on tokens after ``t``. For a causal entry
+(``TokenEntry.causal``: the output of the token ``nn.Embedding``, whatever ``where`` says) the
+correction conditions the embedding table ``E (V×D)`` instead: ``C = σ_max(E) · U Vᵀ`` from
+``E = U Σ Vᵀ``, so ``κ(E + C) ≤ 2`` and each token's embedding ``E_i + C_i`` depends on the
+token alone. Since ``C_i = E_i · M`` with the ``D×D`` map ``M = σ_max (EᵀE)^{-½}``
+(pseudo-inverse on ``EᵀE``'s null space), the hook adds ``X·M`` to the embedding output ``X``;
+``M`` comes from an eigendecomposition of the ``D×D`` Gram in float64, whichever ``method``
+is set (no ``V×D`` factorisation is needed). ``tau`` does not apply to the table: the
+conditioning monitor recomputes ``M`` with :func:`vocabulary_map`'s defaults.
 
 The correction is computed in fp32 (the vocabulary map in fp64) outside autocast, then cast
 to the tokens' dtype.
@@ -46,15 +74,34 @@ from torch import Tensor, nn
 
 from .polar import polar_factor
 from .registry import AttentionConfigError, Variant, find_token_entry, register
-from .sites import AttentionSite
+from .sites import AttentionSite, Where
+
+#: The default ``tau``: see the module docstring (measurements in ``conf/attn/cond_tokens.yaml``).
+DEFAULT_TAU = 1e-4
 
 
-def token_correction(x: Tensor, method: str = "svd", steps: int = 12, power_iters: int = 24) -> Tensor:
-    """``C = σ_max(X) · U Vᵀ`` for each token matrix of ``x (B, N, D)``, in fp32."""
+def filter_factors(s: Tensor, tau: float) -> Tensor:
+    """``φ_i = σ_i² / (σ_i² + (τ σ_max)²)`` for singular values ``s (…, k)``, largest first;
+    all ones for ``tau = 0`` (the exact reading, zero singular values included)."""
+    if tau == 0:
+        return torch.ones_like(s)
+    s2 = s.square()
+    damping = (tau * s[..., :1]).square()  # (…, 1)
+    return s2 / (s2 + damping).clamp_min(torch.finfo(s.dtype).tiny)  # X = 0: φ = 0
+
+
+def token_correction(
+    x: Tensor, method: str = "svd", steps: int = 12, power_iters: int = 24, tau: float = DEFAULT_TAU
+) -> Tensor:
+    """``C`` for each token matrix of ``x (B, N, D)``, in fp32, shape ``(B, N, D)``.
+
+    ``svd``: ``σ_max · U diag(φ) Vᵀ`` with :func:`filter_factors` (``tau = 0``: ``σ_max U Vᵀ``).
+    ``polar``: ``σ̂ · Y``, ``Y ≈ U Vᵀ`` by Newton–Schulz (``tau`` does not apply).
+    """
     x = x.float()
     if method == "svd":
-        u, s, vh = torch.linalg.svd(x, full_matrices=False)
-        return s[..., :1, None] * (u @ vh)
+        u, s, vh = torch.linalg.svd(x, full_matrices=False)  # (B, N, k), (B, k), (B, k, D)
+        return s[..., :1, None] * (u * filter_factors(s, tau)[..., None, :]) @ vh
     y, sigma = polar_factor(x, steps, power_iters)  # (B, N, D), (B,)
     return sigma[..., None, None] * y
 
@@ -70,14 +117,21 @@ def vocabulary_map(table: Tensor, nonzero_rtol: float = 1e-12) -> Tensor:
 
 
 class TokenConditioner(nn.Module):
-    """``X -> X + C(X)`` on the tokens entering the first layer (or, for a causal decoder,
+    """``X -> X + C(X)`` on a token matrix ``(B, N, D)`` (or, for a causal decoder,
     ``X -> X + X·M`` with ``M`` from the embedding table ``table``)."""
 
     def __init__(
-        self, method: str, detach: bool, steps: int, power_iters: int, table: nn.Embedding | None = None
+        self,
+        method: str,
+        detach: bool,
+        steps: int,
+        power_iters: int,
+        table: nn.Embedding | None = None,
+        tau: float = DEFAULT_TAU,
     ) -> None:
         super().__init__()
         self.method, self.detach, self.steps, self.power_iters = method, detach, steps, power_iters
+        self.tau = tau
         self.__dict__["table"] = table  # a reference, not a submodule: the model owns it
 
     def forward(self, tokens: Tensor) -> Tensor:  # (B, N, D)
@@ -87,33 +141,39 @@ class TokenConditioner(nn.Module):
                 table = self.table.weight.detach() if self.detach else self.table.weight
                 correction = source.double() @ vocabulary_map(table)  # (B, N, D)
             else:
-                correction = token_correction(source, self.method, self.steps, self.power_iters)
+                correction = token_correction(source, self.method, self.steps, self.power_iters, self.tau)
         return tokens + correction.to(tokens.dtype)
 
     def extra_repr(self) -> str:
         return (
-            f"method={self.method}, detach={self.detach}, steps={self.steps}, power_iters={self.power_iters}"
+            f"method={self.method}, tau={self.tau}, detach={self.detach}, steps={self.steps}, "
+            f"power_iters={self.power_iters}"
         )
 
 
 @register
 @dataclass
 class CondTokens(Variant):
-    """Add ``σ_max(X) U Vᵀ`` to each sample's embedded tokens at the first layer."""
+    """Add ``σ_max(X) U diag(φ) Vᵀ`` to each sample's embedded tokens ``X`` (module docstring)."""
 
     name: ClassVar[str] = "cond_tokens"
     method: Literal["svd", "polar"] = "svd"
+    where: Where = "block"
+    tau: float = DEFAULT_TAU
     detach: bool = True
     steps: int = 12
     power_iters: int = 24
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.tau < 0:
+            raise AttentionConfigError(f"attention variant 'cond_tokens': tau={self.tau} must be >= 0")
+
     def modify(self, model: nn.Module, sites: list[AttentionSite]) -> None:
-        entry = find_token_entry(model)
+        entry = find_token_entry(model, self.where)
         table = entry.module if entry.causal else None
-        if table is not None and not isinstance(table, nn.Embedding):
-            raise AttentionConfigError(
-                f"a causal token entry must be the token nn.Embedding, got {type(table).__name__}"
-            )
-        conditioner = TokenConditioner(self.method, self.detach, self.steps, self.power_iters, table)
+        conditioner = TokenConditioner(
+            self.method, self.detach, self.steps, self.power_iters, table=table, tau=self.tau
+        )
         model.token_conditioner = conditioner
         entry.register(conditioner)

@@ -9,6 +9,7 @@ list in ``src/attention/__init__.py``, nothing else.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import typing
 from typing import Any, ClassVar, Literal, get_args, get_origin
 
@@ -16,7 +17,7 @@ from torch import nn
 
 from src.errors import SuiteError
 
-from .sites import AttentionSite, TokenEntry
+from .sites import AttentionSite, TokenEntry, Where
 from .timm_families import ADAPTERS, timm_token_entry
 
 VARIANTS: dict[str, type[Variant]] = {}
@@ -43,6 +44,12 @@ class Variant:
 
     def options(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    def collapse_cause(self) -> str:
+        """What, among this variant's options, can make the softmax one-hot at init; the collapse
+        guard (:mod:`src.conditioning.collapse`) names it. A variant that knows overrides this."""
+        shown = ", ".join(f"attn.{k}={v}" for k, v in self.options().items()) or "no options"
+        return f"attn={self.name} ({shown})"
 
     @classmethod
     def describe_options(cls) -> str:
@@ -115,16 +122,32 @@ def find_sites(model: nn.Module) -> list[AttentionSite]:
     return sites
 
 
-def find_token_entry(model: nn.Module) -> TokenEntry:
-    """Where the embedded tokens enter the first transformer layer of ``model``."""
-    if callable(getattr(model, "token_entry", None)):
-        return model.token_entry()
-    entry = timm_token_entry(model)
+def find_token_entry(model: nn.Module, where: Where = "block") -> TokenEntry:
+    """Where the embedded tokens of ``model`` can be read and replaced: at the input of the first
+    transformer layer (``where="block"``), or as the token embeddings before positions and class
+    token join (``"embed"``).
+
+    A model's own ``token_entry(where)`` comes first; one that takes no argument describes its
+    block entry only (``launch/bench.py``'s).
+    """
+    if where not in ("embed", "block"):
+        raise AttentionConfigError(f"token entry where={where!r} must be 'embed' or 'block'")
+    method = getattr(model, "token_entry", None)
+    if callable(method):
+        if "where" in inspect.signature(method).parameters:
+            return method(where)
+        if where == "block":
+            return method()
+        raise AttentionConfigError(
+            f"{type(model).__name__}.token_entry() takes no `where`: it names the first layer's input "
+            "only; use attn.where=block, or give it token_entry(where) for the embeddings"
+        )
+    entry = timm_token_entry(model, where)
     if entry is None:
         raise AttentionConfigError(
-            f"cannot find where tokens enter the first layer of {type(model).__name__}: "
+            f"cannot find the {where} token entry of {type(model).__name__}: "
             "supported are timm's VisionTransformer, SwinTransformer, Xcit and DaVit, and any "
-            "model that defines token_entry() -> TokenEntry"
+            "model that defines token_entry(where) -> TokenEntry"
         )
     return entry
 

@@ -7,14 +7,17 @@ A variant never looks at a model class. It acts on
   ``W_V`` and ``W_O`` live, which module receives the concatenated head output (the place
   ``precond`` scales it), and which module sees the attention probabilities ``P`` when the
   module runs its explicit (non-fused) path (the place the conditioning monitor reads them);
-* :class:`TokenEntry` -- the module whose first input is the embedded-token matrix that
-  enters the first transformer layer (the place ``cond_tokens`` corrects it).
+* :class:`TokenEntry` -- a module whose first input (or output) is an embedded-token
+  matrix: the tokens entering the first transformer layer (``where="block"``, the place the
+  conditioning monitor measures them) or the token embeddings before positions and class
+  token join (``where="embed"``); ``cond_tokens`` corrects the one its ``where`` names.
 
 timm's families are described by the adapters in :mod:`src.attention.timm_families`. The
 suite's own models implement the interface directly, in two methods:
 
 * an attention module defines ``attention_site(self, name: str) -> AttentionSite``;
-* a model defines ``token_entry(self) -> TokenEntry``.
+* a model defines ``token_entry(self, where="block") -> TokenEntry`` (``where`` is
+  ``"block"`` or ``"embed"``).
 
 Convention: ``nn.Linear`` stores ``weight`` as ``(out, in)``; METHODS.md writes ``x W`` with
 ``W`` of shape ``(D, d)``. A projection's rows ``[start, start + H*d)`` are therefore
@@ -33,6 +36,9 @@ from torch import Tensor, nn
 from torch.nn.utils import parametrize
 
 Layout = Literal["BND", "BHWC", "BCHW"]
+#: Which token matrix a token entry names: the first layer's input, or the token embeddings
+#: before positions and class token join.
+Where = Literal["embed", "block"]
 
 
 @dataclass(frozen=True)
@@ -121,18 +127,33 @@ class AttentionSite:
 
 @dataclass
 class TokenEntry:
-    """Where the embedded tokens enter the first transformer layer.
+    """Where a token matrix ``(B, N, D)`` can be read and replaced: a module's first input
+    or its output.
 
-    ``module`` is the module whose first input is the token matrix (in ``layout``). For a
-    causal decoder (``causal=True``), ``module`` is instead the token ``nn.Embedding``: a
-    correction computed from a whole sequence would let a position see later tokens, so
-    ``cond_tokens`` conditions the embedding's output with a correction that depends on the
-    embedding table only (see :mod:`src.attention.cond_tokens`).
+    ``at="input"``: the tokens are ``module``'s first argument (positional or ``x=``), seen by
+    a forward pre-hook; ``at="output"``: they are its output, or element 0 of a tuple output
+    (timm XCiT's ``ConvPatchEmbed`` returns ``(x, (Hp, Wp))``), seen by a forward hook.
+    ``layout`` is the tensor's layout there.
+
+    A causal decoder (``causal=True``) is entered at the output of its token ``nn.Embedding``
+    (``at="output"``, ``module`` the embedding): a correction computed from a whole sequence
+    would let a position see later tokens, so ``cond_tokens`` conditions that output with a
+    correction that depends on the embedding table only (see :mod:`src.attention.cond_tokens`).
     """
 
     module: nn.Module
     layout: Layout = "BND"
+    at: Literal["input", "output"] = "input"
     causal: bool = False
+
+    def __post_init__(self) -> None:
+        if self.at not in ("input", "output"):
+            raise ValueError(f"TokenEntry.at must be 'input' or 'output', got {self.at!r}")
+        if self.causal and (self.at != "output" or not isinstance(self.module, nn.Embedding)):
+            raise ValueError(
+                "a causal TokenEntry is the output of the token nn.Embedding: "
+                "TokenEntry(embedding, at='output', causal=True)"
+            )
 
     def to_tokens(self, x: Tensor) -> Tensor:
         """``x`` in the module's layout -> ``(B, N, D)``."""
@@ -150,37 +171,49 @@ class TokenEntry:
             return tokens.reshape(like.shape)
         return tokens.transpose(1, 2).reshape(like.shape)  # BCHW
 
+    def transformed(self, x: Tensor, transform: Callable[[Tensor], Tensor]) -> Tensor:
+        """``x`` (in the module's layout) with its tokens replaced by ``transform`` of them."""
+        return self.from_tokens(transform(self.to_tokens(x)), like=x)
+
     def register(self, transform: Callable[[Tensor], Tensor]) -> torch.utils.hooks.RemovableHandle:
-        """Replace the entry's tokens by ``transform`` of them: the first input ``x``, or for
-        a causal entry the embedding's output.
+        """Replace the entry's tokens (the module's first input, or its output) by ``transform``
+        of them, a ``(B, N, D) -> (B, N, D)`` map.
 
         ``transform`` should be a module owned by the model (or a bound method of one), so
         that a deep copy of the model (EMA, for instance) hooks its own copy.
         """
-        if self.causal:
-            return self.module.register_forward_hook(_EmbeddingHook(transform))
-        return self.module.register_forward_pre_hook(_TokenHook(self, transform), with_kwargs=True)
+        if self.at == "output":
+            return self.module.register_forward_hook(_OutputHook(self, transform))
+        return self.module.register_forward_pre_hook(_InputHook(self, transform), with_kwargs=True)
 
     def observe(self, keep: Callable[[Tensor], None]) -> torch.utils.hooks.RemovableHandle:
-        """Call ``keep`` with the ``(B, N, D)`` tokens the entry passes on (after any correction)."""
-        if self.causal:
-            return self.module.register_forward_hook(lambda m, a, out: keep(out))
+        """Call ``keep`` with the ``(B, N, D)`` tokens the entry passes on (after any correction
+        registered before this observer)."""
+        if self.at == "output":
+            return self.module.register_forward_hook(lambda m, a, out: keep(self.to_tokens(_first(out))))
         return self.module.register_forward_pre_hook(
             lambda m, a, kw: keep(self.to_tokens(a[0] if a else kw["x"])), with_kwargs=True
         )
 
 
-class _EmbeddingHook:
-    """A forward hook that replaces an embedding's output ``(B, N, D)`` by ``transform`` of it."""
-
-    def __init__(self, transform: Callable[[Tensor], Tensor]) -> None:
-        self.transform = transform
-
-    def __call__(self, module: nn.Module, args: tuple, output: Tensor) -> Tensor:
-        return self.transform(output)
+def _first(output: Tensor | tuple) -> Tensor:
+    """The tokens of a module's output: the output, or element 0 of a tuple output."""
+    return output[0] if isinstance(output, tuple) else output
 
 
-class _TokenHook:
+class _OutputHook:
+    """A forward hook that replaces a module's output (or element 0 of a tuple output)."""
+
+    def __init__(self, entry: TokenEntry, transform: Callable[[Tensor], Tensor]) -> None:
+        self.entry, self.transform = entry, transform
+
+    def __call__(self, module: nn.Module, args: tuple, output: Tensor | tuple) -> Tensor | tuple:
+        if isinstance(output, tuple):
+            return (self.entry.transformed(output[0], self.transform), *output[1:])
+        return self.entry.transformed(output, self.transform)
+
+
+class _InputHook:
     """A forward pre-hook that rewrites the tokens argument (positional or ``x=``)."""
 
     def __init__(self, entry: TokenEntry, transform: Callable[[Tensor], Tensor]) -> None:
@@ -188,9 +221,5 @@ class _TokenHook:
 
     def __call__(self, module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         if args:
-            x = args[0]
-            return (self._apply(x),) + tuple(args[1:]), kwargs
-        return args, {**kwargs, "x": self._apply(kwargs["x"])}
-
-    def _apply(self, x: Tensor) -> Tensor:
-        return self.entry.from_tokens(self.transform(self.entry.to_tokens(x)), like=x)
+            return (self.entry.transformed(args[0], self.transform), *args[1:]), kwargs
+        return args, {**kwargs, "x": self.entry.transformed(kwargs["x"], self.transform)}

@@ -14,7 +14,7 @@ from timm.layers import Attention
 from timm.models import cait, davit, swin_transformer, vision_transformer, xcit
 from torch import nn
 
-from .sites import AttentionSite, Projection, TokenEntry
+from .sites import AttentionSite, Layout, Projection, TokenEntry, Where
 
 
 def fused_qkv_site(name: str, module: nn.Module, num_heads: int, **where) -> AttentionSite:
@@ -47,14 +47,47 @@ ADAPTERS: dict[type, SiteBuilder] = {
 }
 
 
-def timm_token_entry(model: nn.Module) -> TokenEntry | None:
-    """The input of the first transformer layer of a timm model of a covered family."""
+def timm_token_entry(model: nn.Module, where: Where = "block") -> TokenEntry | None:
+    """The token entry of a timm model of a covered family (``None`` for any other model).
+
+    ``where="block"``: the input of the first transformer layer. ``"embed"``: the output of
+    the patch embedding, before any class token or position embedding joins:
+
+    * ViT/DeiT: ``patch_embed``'s output, ``(B, N, D)`` when it flattens, else in its
+      ``output_fmt`` (NHWC with ``dynamic_img_size``); class/distillation tokens and positions
+      join after it (``_pos_embed``);
+    * Swin: ``patch_embed``'s output (NHWC, after its LayerNorm); no absolute position is
+      added, so this is the very tensor ``layers[0]`` receives;
+    * XCiT: element 0 of ``patch_embed``'s ``(x, (Hp, Wp))``, ``(B, N, D)``; the Fourier
+      position encoding joins after it (the class token only at the class-attention layers);
+    * DaViT: ``stem``'s output (NCHW, after its LayerNorm); the first stage has no
+      downsampling and positions are convolutional inside the blocks, so this is the very
+      tensor ``stages[0].blocks[0]`` receives.
+    """
     if isinstance(model, vision_transformer.VisionTransformer):  # DeiT subclasses it
-        return TokenEntry(model.blocks[0], "BND")
+        if where == "block":
+            return TokenEntry(model.blocks[0], "BND")
+        return _patch_embed_entry(model.patch_embed)
     if isinstance(model, swin_transformer.SwinTransformer):
-        return TokenEntry(model.layers[0], "BHWC")
+        if where == "block":
+            return TokenEntry(model.layers[0], "BHWC")
+        return _patch_embed_entry(model.patch_embed)
     if isinstance(model, xcit.Xcit):
-        return TokenEntry(model.blocks[0], "BND")
+        if where == "block":
+            return TokenEntry(model.blocks[0], "BND")
+        return TokenEntry(model.patch_embed, "BND", at="output")
     if isinstance(model, davit.DaVit):
-        return TokenEntry(model.stages[0].blocks[0], "BCHW")
+        if where == "block":
+            return TokenEntry(model.stages[0].blocks[0], "BCHW")
+        return TokenEntry(model.stem, "BCHW", at="output")
     return None
+
+
+def _patch_embed_entry(embed: nn.Module) -> TokenEntry | None:
+    """The output of a ``timm.layers.PatchEmbed``: ``BND`` when it flattens, else in its
+    ``output_fmt`` (``None`` for a format the token entry does not read, ``NCL``)."""
+    if getattr(embed, "flatten", True):
+        return TokenEntry(embed, "BND", at="output")
+    fmt = getattr(getattr(embed, "output_fmt", None), "value", "NCHW")
+    layout: Layout | None = {"NHWC": "BHWC", "NCHW": "BCHW", "NLC": "BND"}.get(fmt)
+    return None if layout is None else TokenEntry(embed, layout, at="output")

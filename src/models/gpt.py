@@ -29,6 +29,7 @@ from timm.layers import Attention, GELUTanh, Mlp
 from torch import Tensor, nn
 
 from src.attention import TokenEntry
+from src.attention.sites import Where
 
 
 class Block(nn.Module):
@@ -99,9 +100,15 @@ class GPT(nn.Module):
             nn.init.normal_(block.attn.proj.weight, 0.0, residual_std)
             nn.init.normal_(block.mlp.fc2.weight, 0.0, residual_std)
 
-    def token_entry(self) -> TokenEntry:
-        """The token embedding, a causal entry (see :mod:`src.attention.cond_tokens`)."""
-        return TokenEntry(self.wte, causal=True)
+    def token_entry(self, where: Where = "block") -> TokenEntry:
+        """The token embedding's output, a causal entry, whatever ``where`` says.
+
+        [reading] The suite's own method, not P3's (P3 has no causal model): a correction
+        from the SVD of a sequence would let a position see later tokens, so ``cond_tokens``
+        conditions the embedding table instead (:mod:`src.attention.cond_tokens`), and it does
+        so before the positions join for ``where="embed"`` and ``"block"`` alike.
+        """
+        return TokenEntry(self.wte, at="output", causal=True)
 
     def forward(self, ids: Tensor) -> Tensor:  # (B, N) -> (B, N, V)
         n = ids.shape[1]

@@ -18,10 +18,11 @@ Padding ([reading], the choices this suite makes; each is tested):
 
 * attention: padded positions are masked as keys (SDPA's boolean mask); padded queries are
   computed and ignored;
-* tokens: the embedded tokens of padded positions are zeroed before the first block. With
-  that, ``cond_tokens``' correction ``σ_max U Vᵀ`` of the padded ``X`` equals, on the valid
-  rows, the correction of the valid tokens alone (the singular vectors of non-zero singular
-  values vanish on zero rows; what the correction puts on padded rows is never read), and
+* tokens: the embedded tokens of padded positions are zeroed, as token embeddings (the
+  ``where="embed"`` entry) and again before the first block (``"block"``). With that,
+  ``cond_tokens``' correction of the padded ``X`` equals, on the valid rows, the correction
+  of the valid tokens alone (the singular vectors of non-zero singular values vanish on zero
+  rows; what the correction puts on padded rows is zeroed or never read), and
   ``kappa/tokens`` is κ of the valid tokens for sequences of at least ``D`` tokens (shorter
   ones have ``D − n`` zero singular values: κ = ∞ without ``cond_tokens``);
 * pooling (``pool``): ``masked_mean`` (default) averages the valid positions only, so with
@@ -41,6 +42,7 @@ from timm.layers import Attention, Mlp
 from torch import Tensor, nn
 
 from src.attention import TokenEntry
+from src.attention.sites import Where
 
 from .nystromformer import NystromAttention
 
@@ -116,6 +118,8 @@ class LRAClassifier(nn.Module):
         else:
             raise ValueError(f"positions must be learned or sinusoidal, got {positions!r}")
         self.cls_token = nn.Parameter(torch.zeros(1, 1, dim)) if pool == "cls" else None
+        # No parameters (state_dict unchanged): its output is the ``where="embed"`` token entry.
+        self.embedded = nn.Identity()
         self.embed_drop = nn.Dropout(drop)
         self.blocks = nn.ModuleList(
             EncoderBlock(
@@ -140,8 +144,12 @@ class LRAClassifier(nn.Module):
         width = 4 * dim if dual else dim
         self.head = nn.Sequential(nn.Linear(width, mlp_dim), nn.ReLU(), nn.Linear(mlp_dim, num_classes))
 
-    def token_entry(self) -> TokenEntry:
-        """The first block's input: the embedded tokens, padded rows zeroed."""
+    def token_entry(self, where: Where = "block") -> TokenEntry:
+        """``block``: the first block's input, positions (and class token) included, padded
+        rows zeroed; ``embed``: the token embeddings ``(B, N, D)``, padded rows zeroed, before
+        class token and positions join (the output of ``embedded``)."""
+        if where == "embed":
+            return TokenEntry(self.embedded, "BND", at="output")
         return TokenEntry(self.blocks[0], "BND")
 
     def encode(self, tokens: Tensor, mask: Tensor) -> Tensor:
@@ -149,7 +157,7 @@ class LRAClassifier(nn.Module):
         b, n = tokens.shape
         if n > self.max_positions:
             raise ValueError(f"sequence of {n} tokens is longer than max_positions={self.max_positions}")
-        x = self.token_embed(tokens)  # (B, N, D)
+        x = self.embedded(self.token_embed(tokens) * mask[..., None])  # (B, N, D), padded rows zero
         if self.cls_token is not None:
             x = torch.cat([self.cls_token.expand(b, -1, -1), x], dim=1)  # (B, 1+N, D)
             mask = torch.cat([mask.new_ones(b, 1), mask], dim=1)

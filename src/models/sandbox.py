@@ -23,8 +23,9 @@ tokens) and it has no output projection; both are described by fixed, untrained 
 * ``standard``: P5's model.
 * ``precond`` (P1): the pooled head output (one row per sequence) is scaled to unit norm
   before ``proj``; it applies as on any head.
-* ``cond_tokens`` (P3): the embedded tokens ``(B, L, D)`` entering ``norm1`` get
-  ``σ_max U Vᵀ``; it applies as on any model.
+* ``cond_tokens`` (P3): the embedded tokens ``(B, L, D)`` entering ``norm1``
+  (``where="block"``) or the token embeddings before the positions join (``"embed"``) get
+  the correction; it applies as on any model.
 * ``spectral``, ``cond_init``, ``mimetic`` act on trained ``W_Q``, ``W_K`` (and ``W_O``)
   matrices, which P5's layer does not have: the backbone config refuses them (its
   ``attn_variants``), pointing to ``backbone=sandbox_multihead``.
@@ -48,6 +49,7 @@ from timm.models.vision_transformer import Block
 from torch import Tensor, nn
 
 from src.attention import AttentionSite, Projection, TokenEntry
+from src.attention.sites import Where
 from src.errors import ConfigError
 
 
@@ -228,7 +230,11 @@ class ClusteringHead(_Embedded):
         h = h + self.mlp(self.norm2(h))  # (B, D)
         return self.readout(h)
 
-    def token_entry(self) -> TokenEntry:
+    def token_entry(self, where: Where = "block") -> TokenEntry:
+        """``block``: the tokens entering ``norm1`` (positions included); ``embed``: the token
+        embeddings ``(B, L, D)``, before the positions join."""
+        if where == "embed":
+            return TokenEntry(self.token_emb, "BND", at="output")
         return TokenEntry(self.norm1, "BND")
 
     @torch.no_grad()
@@ -291,7 +297,11 @@ class MultiHeadSandbox(_Embedded):
     def forward(self, x: Tensor) -> Tensor:  # (B, L) -> (B, V)
         return self.readout(self.blocks(self._tokens(x))[:, 0])
 
-    def token_entry(self) -> TokenEntry:
+    def token_entry(self, where: Where = "block") -> TokenEntry:
+        """``block``: the first block's input ``(B, 1 + L, D)`` (query token and positions
+        included); ``embed``: the token embeddings ``(B, L, D)``, before either joins."""
+        if where == "embed":
+            return TokenEntry(self.token_emb, "BND", at="output")
         return TokenEntry(self.blocks[0], "BND")
 
     @torch.no_grad()

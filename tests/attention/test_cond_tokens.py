@@ -1,13 +1,16 @@
-"""cond_tokens: κ(X + C) ≤ 2 with the exact SVD, within 1% of that with the matmul-only form."""
+"""cond_tokens: κ(X + C) ≤ 2 with the exact SVD (``tau=0``), near 2 with the default filter,
+within 1% with the matmul-only form; a continuous correction on rank-deficient tokens (Swin,
+DaViT); the ``where`` entries; causal decoders."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 from conftest import real_looking_tokens, tiny_model
+from timm.models import vision_transformer
 
 from src import attention
-from src.attention.cond_tokens import TokenConditioner, token_correction, vocabulary_map
+from src.attention.cond_tokens import DEFAULT_TAU, TokenConditioner, token_correction, vocabulary_map
 from src.attention.polar import newton_schulz_scales, polar_factor, top_singular_value
 from src.conditioning import ConditioningMonitor, kappa
 
@@ -20,7 +23,25 @@ def tokens() -> torch.Tensor:
 
 
 def test_exact_correction_bounds_kappa_by_two(tokens):
-    assert kappa(tokens + token_correction(tokens, "svd")).max() <= 2 + 1e-5
+    assert kappa(tokens + token_correction(tokens, "svd", tau=0.0)).max() <= 2 + 1e-5
+
+
+def test_filtered_correction_keeps_kappa_near_two(tokens):
+    """κ(X + C) ≤ 2 (1 + (τ κ(X))²): 2.03 measured for κ(X) up to 1.25·10³ at τ = 10⁻⁴."""
+    after = kappa(tokens + token_correction(tokens, "svd"))
+    assert (after <= 2 * (1 + (DEFAULT_TAU * kappa(tokens)) ** 2) + 1e-5).all()
+    assert after.max() <= 2.05 and after.max() > 2 + 1e-3  # the filter is on: τ = 0 gives ≤ 2
+
+
+def test_filtered_correction_is_a_smooth_matrix_function(tokens):
+    """``σ_max U Φ Vᵀ = σ_max X (XᵀX)^{½} (XᵀX + τ²σ_max² I)^{-1}``, from X's Gram in float64."""
+    x, tau = tokens[:2].double(), 1e-2
+    eig, vec = torch.linalg.eigh(x.mT @ x)  # (B, D), (B, D, D)
+    eig = eig.clamp_min(0)
+    top = eig[:, -1:]
+    weights = eig.sqrt() / (eig + tau**2 * top)  # (B, D)
+    expected = top.sqrt()[..., None] * x @ (vec * weights[:, None, :]) @ vec.mT
+    torch.testing.assert_close(token_correction(x, "svd", tau=tau).double(), expected, rtol=1e-4, atol=1e-4)
 
 
 def test_polar_correction_is_within_one_percent_of_the_bound(tokens):
@@ -74,18 +95,159 @@ def test_scales_return_to_plain_newton_schulz():
 
 
 # Swin and DaViT embed tokens through a LayerNorm: at init (unit gain, zero bias) every token
-# is centred, X·1 = 0, and κ(X) is infinite. The SVD still lifts that zero singular value;
-# Newton–Schulz maps zero to zero, so the polar form is checked where X has full rank.
+# is centred, X·1 = 0, and X has one numerically zero singular value (about 4·10⁻⁸ σ_max).
+# tau = 0 lifts it along an arbitrary direction; the default filter leaves it numerically zero
+# (about 3·10⁻⁷ σ_max after the correction), so κ is taken over the singular values above
+# 10⁻⁵ σ_max there (the others are ≥ 0.1 σ_max). Newton–Schulz maps it to about 4·10⁻⁴ σ_max
+# (neither lifted nor zero), so the polar form is checked where X has full rank.
 @pytest.mark.parametrize(
     "family, method",
     [(f, "svd") for f in ("vit", "deit", "swin", "xcit", "davit")]
     + [(f, "polar") for f in ("vit", "deit", "xcit")],
 )
 def test_the_first_layer_receives_conditioned_tokens(family, method, images):
-    before = ConditioningMonitor(tiny_model(family))(images)["kappa/tokens/max"]
+    before = ConditioningMonitor(tiny_model(family), nonzero_rtol=1e-5)(images)["kappa/tokens/max"]
     model = attention.apply(tiny_model(family), "cond_tokens", method=method)
-    after = ConditioningMonitor(model)(images)["kappa/tokens/max"]
+    after = ConditioningMonitor(model, nonzero_rtol=1e-5)(images)["kappa/tokens/max"]
     assert before > 2.5 and after <= 2 * 1.01
+
+
+def logit_change(model: torch.nn.Module, images: torch.Tensor, perturbations: int = 4) -> float:
+    """The largest change of the logits when ``images`` move by ``10⁻⁶`` (Gaussian) in any of
+    ``perturbations`` directions."""
+    model.eval()
+    with torch.no_grad():
+        reference = model(images)
+        return max(
+            (
+                model(images + 1e-6 * torch.randn(images.shape, generator=torch.Generator().manual_seed(i)))
+                - reference
+            )
+            .abs()
+            .max()
+            .item()
+            for i in range(perturbations)
+        )
+
+
+@pytest.mark.parametrize("family", ["swin", "davit"])
+def test_a_tiny_input_change_moves_the_logits_by_little(family, images):
+    """The correction is a continuous function of X where X is rank-deficient. Measured (max
+    over 4 perturbations): standard 0.7–0.9·10⁻⁷, default 1.4·10⁻⁷, tau=0 1.6–1.7·10⁻²."""
+    assert logit_change(attention.apply(tiny_model(family), "cond_tokens"), images) <= 1e-3
+    # The exact reading follows the rounding noise of the null direction (3·10⁻³ to 1.7·10⁻² on
+    # each of 8 perturbations tried): the bound above can fail.
+    assert logit_change(attention.apply(tiny_model(family), "cond_tokens", tau=0.0), images) > 1e-3
+
+
+@pytest.mark.parametrize("family", ["swin", "davit"])
+def test_the_correction_is_deterministic_and_per_sample(family):
+    torch.manual_seed(2)
+    images = torch.randn(4, 3, 32, 32)
+    model = attention.apply(tiny_model(family), "cond_tokens").eval()
+    perm = torch.tensor([2, 0, 3, 1])
+    with torch.no_grad():
+        first, second, permuted = model(images), model(images), model(images[perm])
+    assert torch.equal(first, second)
+    torch.testing.assert_close(permuted, first[perm], rtol=1e-5, atol=1e-5)
+
+
+def tiny_dynamic_vit() -> torch.nn.Module:
+    """A tiny ViT whose patch embedding returns NHWC (``dynamic_img_size``, as the detection ViT)."""
+    torch.manual_seed(0)
+    return vision_transformer.VisionTransformer(
+        img_size=32, patch_size=8, embed_dim=48, depth=2, num_heads=3, num_classes=5, dynamic_img_size=True
+    )
+
+
+def entry_tokens(model: torch.nn.Module, where: str, images: torch.Tensor) -> torch.Tensor:
+    """The ``(B, N, D)`` tokens ``model``'s ``where`` entry passes on, after any correction."""
+    seen = []
+    handle = attention.find_token_entry(model, where).observe(seen.append)
+    with torch.no_grad():
+        model.eval()(images)
+    handle.remove()
+    return seen[0]
+
+
+@pytest.mark.parametrize("where", ["embed", "block"])
+@pytest.mark.parametrize("family", ["vit", "vit-nhwc", "deit", "swin", "xcit", "davit"])
+def test_where_puts_the_correction_where_it_says(family, where, images):
+    """Patch embeddings (NHWC for the dynamic ViT, a tuple's element 0 for XCiT, NCHW for
+    DaViT) or the first block's input get ``X + C(X)``, ``X`` the standard model's tokens there."""
+    make = tiny_dynamic_vit if family == "vit-nhwc" else lambda: tiny_model(family)
+    raw = entry_tokens(make(), where, images)
+    corrected = entry_tokens(attention.apply(make(), "cond_tokens", where=where), where, images)
+    torch.testing.assert_close(corrected, raw + token_correction(raw), rtol=1e-5, atol=1e-5)
+
+
+def test_embed_correction_comes_before_class_token_and_positions(images):
+    model = attention.apply(tiny_model("vit"), "cond_tokens", where="embed")
+    patches = entry_tokens(model, "embed", images)  # (B, 16, D), corrected
+    block = entry_tokens(model, "block", images)  # (B, 17, D)
+    torch.testing.assert_close(block[:, 1:], patches + model.pos_embed[:, 1:], rtol=1e-6, atol=1e-6)
+    cls = (model.cls_token + model.pos_embed[:, :1]).expand(len(images), -1, -1)
+    torch.testing.assert_close(block[:, :1], cls, rtol=0, atol=0)
+    assert kappa(patches).max() <= 2.05 < kappa(block).max()  # κ at the block is not that at the embedding
+
+
+def test_lra_embed_entry_is_the_masked_token_embeddings():
+    from src.models.lra import LRAClassifier
+
+    torch.manual_seed(0)
+    net = LRAClassifier(vocab_size=20, num_classes=3, max_positions=24, dim=16, num_heads=2, mlp_dim=32)
+    keys = set(net.state_dict())
+    attention.apply(net.eval(), "cond_tokens", where="embed")
+    assert set(net.state_dict()) == keys  # the entry module has no state
+    tokens = torch.randint(1, 20, (2, 24), generator=torch.Generator().manual_seed(0))
+    mask = torch.arange(24)[None] < torch.tensor([[9], [24]])
+    seen = {}
+    net.embedded.register_forward_hook(lambda m, a, out: seen.__setitem__("embed", out))
+    net.blocks[0].register_forward_pre_hook(lambda m, a: seen.__setitem__("block", a[0]))
+    with torch.no_grad():
+        net(tokens, mask)
+    x = net.token_embed(tokens) * mask[..., None]  # (B, N, D), padded rows zero
+    expected = x + token_correction(x)
+    torch.testing.assert_close(seen["embed"], expected, rtol=1e-5, atol=1e-5)
+    assert seen["embed"][0, 9:].abs().max() < 1e-6  # zero rows get no correction
+    torch.testing.assert_close(
+        seen["block"], (expected + net.pos_embed) * mask[..., None], rtol=1e-5, atol=1e-5
+    )
+
+
+@pytest.mark.parametrize("kind", ["ClusteringHead", "MultiHeadSandbox"])
+def test_sandbox_embed_entry_is_the_token_embeddings(kind):
+    from src.models import sandbox
+
+    torch.manual_seed(0)
+    model = getattr(sandbox, kind)(3, 12, dim=4)
+    ids = torch.randint(0, 3, (5, 12), generator=torch.Generator().manual_seed(0))
+    raw = model.token_emb(ids)  # (B, L, D)
+    attention.apply(model, "cond_tokens", where="embed")
+    with torch.no_grad():
+        torch.testing.assert_close(
+            model.embed(ids), raw + token_correction(raw) + model.pos_emb, rtol=1e-5, atol=1e-5
+        )
+
+
+def test_a_token_entry_without_where_names_the_block_only():
+    class Bare(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.block = torch.nn.Identity()
+
+        def token_entry(self):
+            return attention.TokenEntry(self.block)
+
+        def forward(self, x):
+            return self.block(x)
+
+    model = Bare()
+    assert attention.find_token_entry(model).module is model.block
+    with pytest.raises(attention.AttentionConfigError, match="where"):
+        attention.find_token_entry(model, "embed")
+    with pytest.raises(attention.AttentionConfigError, match="tau"):
+        attention.build("cond_tokens", tau=-1.0)
 
 
 @pytest.mark.parametrize("detach", [True, False])
@@ -113,8 +275,8 @@ class TinyDecoder(torch.nn.Module):
         self.attn = Attention(dim, heads)
         self.head = torch.nn.Linear(dim, vocab)
 
-    def token_entry(self):
-        return attention.TokenEntry(self.wte, causal=True)
+    def token_entry(self, where="block"):
+        return attention.TokenEntry(self.wte, at="output", causal=True)
 
     def forward(self, ids):  # (B, N)
         x = self.wte(ids) + self.wpe(torch.arange(ids.shape[1]))
@@ -170,3 +332,8 @@ def test_the_monitor_reads_the_conditioned_table_of_a_causal_entry():
     after = ConditioningMonitor(model)(torch.randint(0, 40, (2, 12)))
     assert before == pytest.approx(kappa(model.wte.weight).item(), rel=1e-6) and before > 10
     assert after["kappa/tokens/table"] <= 2 + 1e-6 and "kappa/tokens/entry" not in after
+
+
+def test_a_causal_entry_is_the_embedding_output():
+    with pytest.raises(ValueError, match="at='output'"):
+        attention.TokenEntry(torch.nn.Embedding(4, 2), causal=True)

@@ -120,14 +120,16 @@ def test_cond_tokens_conditions_the_tokens_entering_the_first_layer(family):
     with torch.no_grad():
         backbone(images())
     handle.remove()
-    assert kappa(seen[0]).max() <= 2.0 + 1e-3  # X + σ_max U Vᵀ has κ ≤ 2
+    # Swin's patch embedding ends in a LayerNorm: X has one numerically zero singular value,
+    # which cond_tokens' default filter (tau) leaves near zero; κ over the others (≥ 1e-5 σ_max).
+    assert kappa(seen[0], nonzero_rtol=1e-5).max() <= 2.0 + 1e-3  # κ(X + σ_max U Φ Vᵀ) ≈ 2
     plain = build(family)
     seen.clear()
     handle = plain.token_entry().observe(seen.append)
     with torch.no_grad():
         plain(images())
     handle.remove()
-    assert kappa(seen[0]).max() > 2.0  # without it the tokens are worse conditioned
+    assert kappa(seen[0], nonzero_rtol=1e-5).max() > 2.0  # without it the tokens are worse conditioned
 
 
 def test_pretrained_weights_load_only_from_the_same_backbone_and_variant(tmp_path):

@@ -53,6 +53,7 @@ from torch import Tensor, nn
 
 from src import attention
 from src.attention import TokenEntry
+from src.attention.sites import Where
 from src.attention.timm_families import timm_token_entry
 from src.errors import ConfigError
 
@@ -90,11 +91,12 @@ class TimmDetectionBackbone(BaseModule):
         if pretrained:
             self.load_pretrained(pretrained)
 
-    def token_entry(self) -> TokenEntry:
-        """Where the embedded tokens enter the body's first layer (``cond_tokens``, the monitor)."""
-        entry = timm_token_entry(self.body)
+    def token_entry(self, where: Where = "block") -> TokenEntry:
+        """The body's token entry (``cond_tokens``, the monitor): the input of its first layer
+        (``where="block"``) or its patch embeddings (``"embed"``), see :func:`timm_token_entry`."""
+        entry = timm_token_entry(self.body, where)
         if entry is None:
-            raise ConfigError(f"no token entry known for timm's {type(self.body).__name__}")
+            raise ConfigError(f"no {where} token entry known for timm's {type(self.body).__name__}")
         return entry
 
     def pad(self, x: Tensor) -> Tensor:
