@@ -22,6 +22,7 @@ Left out of the identity, because they provably do not bear on what the run comp
                           whichever process loads it
 ``trainer.nonfinite*``    the policy for a NaN/Inf loss; a run that skipped batches counts them in
                           ``summary.json`` (``skipped_batches``)
+``trainer.collapse_entropy``  when the collapse guard warns (a message, nothing else)
 ========================  ====================================================================
 
 Left out although they change the *bits* (not the meaning) of the result, so that a requeue on
@@ -60,6 +61,7 @@ NO_BEARING = (
     "trainer.checkpoint_every",
     "trainer.num_workers",
     "trainer.nonfinite",
+    "trainer.collapse_entropy",
     "trainer.nonfinite_limit_consecutive",
     "trainer.nonfinite_limit_total",
 )

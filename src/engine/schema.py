@@ -45,6 +45,7 @@ class TrainerSchema:
     nonfinite_limit_consecutive: int = 10
     nonfinite_limit_total: int | None = None
     resume: str = "auto"
+    collapse_entropy: float | None = 0.05
 
 
 ConfigStore.instance().store(group="trainer", name="schema", node=TrainerSchema)

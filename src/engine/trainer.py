@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import math
 import re
 import time
@@ -17,6 +18,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from src.conditioning import ConditioningMonitor
+from src.conditioning.collapse import collapse_warning
 from src.errors import SuiteError
 
 from . import checkpoint
@@ -26,6 +28,8 @@ from .progress import make_progress
 from .session import Session
 from .task import Task, to_device
 from .tracking import WandbLogger
+
+log = logging.getLogger(__name__)
 
 
 class NonFiniteLoss(SuiteError):
@@ -79,7 +83,8 @@ class Trainer:
             )
         if cfg.compile:
             self.model = torch.compile(self.model)
-        self.monitor = ConditioningMonitor(model) if cfg.monitor_every and dist.main else None
+        watch = cfg.monitor_every or cfg.get("collapse_entropy") is not None
+        self.monitor = ConditioningMonitor(model) if watch and dist.main else None
         self.autocast = torch.autocast(
             dist.device.type, dtype=torch.bfloat16, enabled=cfg.precision == "bf16"
         )
@@ -101,6 +106,8 @@ class Trainer:
         progress = make_progress(
             cfg.progress, self.total_steps, state.step, self.task.name, enabled=self.dist.main
         )
+        if state.step == 0 and self.monitor is not None:
+            self._at_init()
         started, window_start, window_samples = time.monotonic(), time.monotonic(), 0
         try:
             self.model.train()
@@ -265,6 +272,18 @@ class Trainer:
             self.after_validation(
                 self.raw_model, self.state.step, self.record.dir, final=self.state.step == self.total_steps
             )
+
+    def _at_init(self) -> None:
+        """Before the first step: the monitor's row at step 0 (κ and entropy at init, which the
+        claims compare) and the collapse guard's one warning."""
+        values = self._monitor()
+        if self.cfg.monitor_every:
+            self._log("monitor", values)
+        threshold = self.cfg.get("collapse_entropy")
+        variants = getattr(self.raw_model, "attention_variants", ())
+        message = None if threshold is None else collapse_warning(values, variants, threshold)
+        if message:
+            log.warning(message)
 
     def _monitor(self) -> dict[str, float]:
         if not hasattr(self, "_monitor_batch"):
