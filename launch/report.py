@@ -20,6 +20,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .claims import CHECKED_BY_TESTS, Verdict, verdicts
 from .paper import P4_EPOCHS_TO_TARGET, PaperNumber, lookup
 from .records import Run, options, read_runs, read_wandb
 
@@ -232,7 +233,71 @@ def markdown(cells: list[Cell], conv: list[Convergence], runs: list[Run]) -> str
             f"{v.reached}/{v.seeds} | "
             f"{ratio} | {p4_ratio} |"
         )
-    return "\n".join([*lines, *not_counted(runs)]) + "\n"
+    return "\n".join([*lines, *claims_section(verdicts(runs)), *not_counted(runs)]) + "\n"
+
+
+def claims_section(found: list[Verdict]) -> list[str]:
+    """The "Claims" section: every claim of :mod:`launch.claims` per task and reading, with our
+    effect against ``standard`` (95% interval over paired seeds) and the verdict."""
+    if not found:
+        return []
+    lines = [
+        "",
+        "## Claims",
+        "",
+        "Each paper claim per task and *reading* (the variant's options that tell its readings apart), "
+        "never pooled: *ours* is `standard` → the reading (means over the seeds both have; κ as "
+        "10^mean log10), *effect* the mean per-seed difference (κ in log10) with its 95% Student-t "
+        "interval. *reproduced*: the interval excludes 0 on the paper's side; *contradicted*: on the "
+        "other side; *inconclusive*: it contains 0. *entropy*: the reading's median attention entropy "
+        "at init (1 uniform, 0 one-hot): κ(P) = 1 is what a collapsed attention scores, so read κ "
+        "beside it.",
+    ]
+    for claim in dict.fromkeys(v.claim for v in found):
+        lines += [
+            "",
+            f"### {claim.source} {claim.key.split('-', 1)[1]}: {claim.statement}",
+            "",
+            f"Paper: {claim.paper}. Measure: `{claim.measure}`.",
+            "",
+            "| task | variant | reading | n | ours | effect [95% CI] | entropy | verdict |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        ]
+        lines += [_verdict_row(v) for v in found if v.claim == claim]
+    if CHECKED_BY_TESTS:
+        lines += ["", "Claims that need no training, checked by tests:", ""]
+        lines += [f"- {t.source}: {t.statement}: {t.finding} (`{t.test}`)" for t in CHECKED_BY_TESTS]
+    return lines
+
+
+def _verdict_row(v: Verdict) -> str:
+    measure = v.claim.measure
+    if measure == "stages":
+        ours = v.note
+    else:
+        ours = "—" if v.value is None else f"{_measured(v.baseline, measure)} → {_measured(v.value, measure)}"
+    effect = "—" if v.effect is None else _signed(v.effect, measure)
+    if v.low is not None:
+        effect += f" [{_signed(v.low, measure)}, {_signed(v.high, measure)}]"
+    entropy = "—" if v.entropy is None else f"{v.entropy:.3f}"
+    return (
+        f"| {v.task} | {v.claim.variant} | {v.reading} | {v.n} | {ours} | {effect} | {entropy} "
+        f"| **{v.verdict}** |"
+    )
+
+
+def _measured(value: float | None, measure: str) -> str:
+    if value is None:
+        return "—"
+    if measure.startswith("init:kappa"):
+        return f"10^{value:.2f}"
+    if measure == "final":
+        return f"{value:.4g}"
+    return f"{value:.2f}"
+
+
+def _signed(value: float, measure: str) -> str:
+    return f"{value:+.3f}" if measure != "final" else f"{value:+.4f}"
 
 
 def not_counted(runs: list[Run]) -> list[str]:
@@ -285,14 +350,20 @@ def plot(runs: list[Run], out: Path) -> list[Path]:
         ax.legend(fontsize=8)
         written.append(_save(fig, out / f"curves_{task}_{backbone}.png"))
 
-        monitored = [k for k in KAPPAS if any(r.series(f"kappa/{k}/median", "monitor")[0] for r in group)]
+        keys = [f"kappa/{k}/median" for k in KAPPAS]
+        if any(r.series("kappa/P/median", "monitor")[0] for r in group):  # κ(P) = 1 when P collapses:
+            keys.insert(keys.index("kappa/P/median") + 1, "entropy/P/median")  # its entropy beside it
+        monitored = [k for k in keys if any(r.series(k, "monitor")[0] for r in group)]
         if monitored:
             fig, axes = plt.subplots(1, len(monitored), figsize=(3.2 * len(monitored), 3), squeeze=False)
             for ax, k in zip(axes[0], monitored, strict=True):
                 for name in labels:
-                    series = [r.series(f"kappa/{k}/median", "monitor") for r in group if label(r) == name]
-                    _band(ax, series, name)
-                ax.set(yscale="log", xlabel="step", title=f"median κ({k})")
+                    _band(ax, [r.series(k, "monitor") for r in group if label(r) == name], name)
+                what = k.split("/")[1]
+                if k.startswith("kappa/"):
+                    ax.set(yscale="log", xlabel="step", title=f"median κ({what})")
+                else:
+                    ax.set(xlabel="step", ylim=(0, 1.05), title="median entropy(P) (1 uniform, 0 one-hot)")
             axes[0][0].legend(fontsize=7)
             fig.suptitle(f"{task} · {backbone}")
             written.append(_save(fig, out / f"kappa_{task}_{backbone}.png"))

@@ -1,0 +1,104 @@
+"""Claims and verdicts: paired effects over seeds, per reading, and the verdict rule."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from launch.claims import CLAIMS, Claim, interval, stages, steps_to, verdicts
+from launch.records import Run
+from src.engine.identity import Identity
+
+FINAL = Claim("T-final", "T", "the variant trains better", "spectral", "final", "metric", ("digits",))
+
+
+def run(attn: str, seed: int, acc: float, curve: list[float] | None = None, **options) -> Run:
+    """A completed digits run with final accuracy ``acc`` (and a validation curve, 100 steps apart)."""
+    config = {"task": {"name": "digits", "p": 2}, "attn": {"variant": attn, **options}}
+    curve = curve or [acc]
+    rows = [{"step": 100 * (i + 1), "split": "val", "val/acc": a} for i, a in enumerate(curve)]
+    rows.append(
+        {"step": 0, "split": "monitor", "kappa/W_Q/median": 10.0 ** (3 - seed % 2), "entropy/P/median": 0.5}
+    )
+    return Run(
+        f"{attn}-{options}-{seed}",
+        "digits",
+        "vit",
+        attn,
+        seed,
+        "completed",
+        "val/acc",
+        "max",
+        {"val/acc": acc},
+        rows,
+        identity=Identity(config),
+    )
+
+
+def test_the_interval_is_students_t():
+    low, high = interval([1.0, 2.0, 3.0])
+    # mean 2, sd 1, n 3: t(0.975, 2) = 4.303
+    assert math.isclose(low, 2 - 4.303 / math.sqrt(3), abs_tol=1e-3) and math.isclose(
+        high, 2 + 4.303 / math.sqrt(3), abs_tol=1e-3
+    )
+    assert interval([1.0]) == (None, None)
+
+
+def test_seeds_are_paired_so_a_consistent_gain_shows_through_seed_noise():
+    """Seeds differ by up to 0.3; the variant is 0.01 better on every seed: paired, that is clear."""
+    runs = []
+    for seed in range(5):
+        base = 0.5 + 0.07 * seed
+        runs += [run("standard", seed, base), run("spectral", seed, base + 0.01 + 0.001 * seed, targets="q")]
+    (v,) = verdicts(runs, [FINAL])
+    assert v.n == 5 and v.verdict == "reproduced" and 0.0 < v.low < 0.012 < v.high < 0.02
+
+
+def test_each_reading_gets_its_own_verdict():
+    runs = []
+    for seed in range(4):
+        runs += [
+            run("standard", seed, 0.9 + 0.01 * seed),
+            run("spectral", seed, 0.95 + 0.01 * seed + 0.002 * seed**2, targets="q"),
+            run("spectral", seed, 0.3 + 0.01 * seed - 0.002 * seed**2, targets="qkv"),
+        ]
+    found = {v.reading: v.verdict for v in verdicts(runs, [FINAL])}
+    assert found == {"targets=q": "reproduced", "targets=qkv": "contradicted"}
+
+
+def test_noise_either_way_is_inconclusive_and_a_lower_is_better_claim_flips_the_side():
+    runs = []
+    for seed, delta in enumerate([0.02, -0.03, 0.01, -0.01]):
+        runs += [run("standard", seed, 0.8), run("spectral", seed, 0.8 + delta)]
+    assert [v.verdict for v in verdicts(runs, [FINAL])] == ["inconclusive"]
+    kappa = Claim("T-kappa", "T", "lower κ", "spectral", "init:kappa/W_Q/median", "lower", ("digits",))
+    runs = []
+    for seed in range(3):
+        lowered = run("spectral", seed, 0.8)
+        lowered.rows[-1]["kappa/W_Q/median"] = 10.0 ** (1 - seed % 2 + 0.1 * seed)
+        runs += [run("standard", seed, 0.8), lowered]
+    (v,) = verdicts(runs, [kappa])
+    assert v.verdict == "reproduced" and v.effect == pytest.approx(-2 + 0.1, abs=0.11)  # log10: 10³ → 10¹
+
+
+def test_steps_to_target_counts_a_seed_that_never_reaches_it_as_the_whole_run():
+    reaching = run("cond_init", 0, 0.9, curve=[0.5, 0.85, 0.9, 0.9])
+    assert steps_to(reaching, 0.85) == 0.5 and steps_to(reaching, 0.95) == 1.0
+
+
+def test_two_stages_are_a_plateau_longer_than_the_rise():
+    plateau = run("standard", 0, 1.0, curve=[0.5] * 6 + [0.7, 0.96, 1.0, 1.0])  # leaves at 700, 95% at 800
+    assert stages(plateau, 0.5) == pytest.approx((700 - 100) / 1000)
+    gradual = run("standard", 1, 1.0, curve=[0.62, 0.7, 0.8, 0.9, 0.96])  # no plateau
+    assert stages(gradual, 0.5) < 0
+    assert stages(run("standard", 2, 0.5, curve=[0.5] * 5), 0.5) is None  # never learns
+
+
+def test_every_claim_names_a_variant_a_measure_and_a_task_the_readings_run():
+    from src.attention import VARIANTS
+
+    for claim in CLAIMS:
+        assert claim.variant in VARIANTS and claim.source in claim.key
+        assert claim.measure in ("final", "steps", "stages") or claim.measure.startswith("init:")
+        assert set(claim.tasks) <= {"digits", "lra_listops_small", "lm_char", "modadd"}
