@@ -38,8 +38,10 @@ def test_a_short_run_writes_the_full_record(tmp_path):
     rows = read_metrics(run)
     assert all({"step", "split"} <= set(r) for r in rows)
     assert [r["step"] for r in rows if r["split"] == "val"] == [10, 20]
-    assert any("kappa/W_Q/median" in r for r in rows if r["split"] == "monitor")
-    assert "train/loss" in rows[0] and "lr" in rows[0]
+    assert [r["step"] for r in rows if r["split"] == "monitor"] == [0, 10, 20]  # 0: the state at init
+    assert all("kappa/W_Q/median" in r and "entropy/P/median" in r for r in rows if r["split"] == "monitor")
+    train = [r for r in rows if r["split"] == "train"]
+    assert "train/loss" in train[0] and "lr" in train[0]
     config = (run / "config.yaml").read_text()
     assert "max_steps: 20" in config and "${" not in config  # resolved
     saved = checkpoint.load(run / "checkpoints" / "last.pt")  # weights_only
