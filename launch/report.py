@@ -275,10 +275,10 @@ def _verdict_row(v: Verdict) -> str:
     if measure == "stages":
         ours = v.note
     else:
-        ours = "—" if v.value is None else f"{_measured(v.baseline, measure)} → {_measured(v.value, measure)}"
-    effect = "—" if v.effect is None else _signed(v.effect, measure)
+        ours = "—" if v.value is None else f"{_measured(v, v.baseline)} → {_measured(v, v.value)}"
+    effect = "—" if v.effect is None else _signed(v, v.effect)
     if v.low is not None:
-        effect += f" [{_signed(v.low, measure)}, {_signed(v.high, measure)}]"
+        effect += f" [{_signed(v, v.low)}, {_signed(v, v.high)}]"
     entropy = "—" if v.entropy is None else f"{v.entropy:.3f}"
     return (
         f"| {v.task} | {v.claim.variant} | {v.reading} | {v.n} | {ours} | {effect} | {entropy} "
@@ -286,18 +286,21 @@ def _verdict_row(v: Verdict) -> str:
     )
 
 
-def _measured(value: float | None, measure: str) -> str:
+def _measured(v: Verdict, value: float | None) -> str:
+    """A mean of the claim's measure: the metric as the tables print it, κ as a power of 10."""
     if value is None:
         return "—"
-    if measure.startswith("init:kappa"):
+    if v.claim.measure.startswith("init:kappa"):
         return f"10^{value:.2f}"
-    if measure == "final":
-        return f"{value:.4g}"
-    return f"{value:.2f}"
+    return fmt(value, v.metric) if v.claim.measure == "final" else f"{value:.2f}"
 
 
-def _signed(value: float, measure: str) -> str:
-    return f"{value:+.3f}" if measure != "final" else f"{value:+.4f}"
+def _signed(v: Verdict, value: float) -> str:
+    """A difference: in the metric's printed unit (accuracy points) for ``final``."""
+    if v.claim.measure == "final":
+        text = fmt(abs(value), v.metric)
+        return ("−" if value < 0 else "+") + text
+    return f"{value:+.3f}"
 
 
 def not_counted(runs: list[Run]) -> list[str]:
