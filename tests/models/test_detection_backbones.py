@@ -96,6 +96,7 @@ def test_mmengine_init_keeps_the_conditioned_initialisation():
     """mmengine's init_weights would call timm's own and undo cond_init; the backbone prevents it."""
     from mmengine.config import ConfigDict
 
+    from src.attention.cond_init import value_identity
     from tasks.detection.config import base_config, detector
 
     base = base_config().model
@@ -104,12 +105,12 @@ def test_mmengine_init_keeps_the_conditioned_initialisation():
                  test_proposals=8, roi_samples=8)  # fmt: skip
     model = MODELS.build(ConfigDict(detector(base, backbone, out_channels(backbone), 3, sizes)))
     site = attention.find_sites(model.backbone)[0]
-    dim = site.dim
-    assert torch.equal(site.v.weight(), torch.eye(dim))  # cond_init: W_V = I
+    identity = value_identity(site.num_heads, site.head_dim, site.dim, "per_head")  # the default
+    assert torch.equal(site.v.weight(), identity)  # cond_init: each head's W_V = I_{D×d}
     model.init_weights()
-    assert torch.equal(site.v.weight(), torch.eye(dim))
+    assert torch.equal(site.v.weight(), identity)
     model.backbone.body.init_weights()  # what mmengine would have called: the test can fail
-    assert not torch.equal(site.v.weight(), torch.eye(dim))
+    assert not torch.equal(site.v.weight(), identity)
 
 
 @pytest.mark.parametrize("family", sorted(TINY))
