@@ -168,9 +168,14 @@ def normalized_entropy(p: Tensor) -> Tensor:
     """Entropy of each row of ``p (…, n, m)`` over the log of its support (the keys with
     non-zero probability: a causal or padded row attends to fewer than ``m``); rows with a
     single key, whose entropy is 0 by necessity, are left out. When every row has a single
-    key the softmax is saturated (``spectral`` at ``lam=10`` on a ViT-B does that): every row
-    is one-hot, and the entropies are zeros. Flat ``(rows,)``."""
-    p = p.double().flatten(0, -2)  # (rows, m)
+    key the softmax is saturated (``spectral`` at ``lam=10`` on W_Q and W_K does that): every
+    row is one-hot, and the entropies are zeros.
+
+    An approximate attention matrix (Nyström's ``P̃ = K₁ K₂⁺ K₃``) has rows that only sum to
+    about 1 and may hold negative entries: its rows are read as distributions after clipping
+    negatives to 0 and renormalising (exact for a softmax's ``P``). Flat ``(rows,)``."""
+    p = p.double().flatten(0, -2).clamp_min(0)  # (rows, m)
+    p = p / p.sum(-1, keepdim=True).clamp_min(1e-300)
     support = (p > 0).sum(-1)
     keep = support > 1
     if not keep.any():

@@ -128,3 +128,18 @@ def test_entropy_is_normalised_by_the_keys_a_row_may_attend_to():
     torch.testing.assert_close(normalized_entropy(uniform), ones)
     one_hot = torch.eye(n)[None].expand(2, n, n)  # a saturated softmax: every row one-hot
     torch.testing.assert_close(normalized_entropy(one_hot), torch.zeros(2 * n, dtype=torch.float64))
+
+
+def test_entropy_of_an_approximate_attention_stays_between_zero_and_one():
+    """Nyström's P̃ has negative entries and rows summing to about 1: clipped and renormalised,
+    each row's entropy is that of a distribution, in [0, 1]; a softmax's P is unchanged by it."""
+    from src.conditioning.monitor import normalized_entropy
+
+    torch.manual_seed(0)
+    p = torch.softmax(torch.randn(3, 8, 8), -1)
+    approximate = p + 0.05 * torch.randn(3, 8, 8)  # negatives appear, rows drift off 1
+    assert (approximate < 0).any()
+    h = normalized_entropy(approximate)
+    assert ((0 <= h) & (h <= 1)).all()
+    exact = -(p.double() * p.double().log()).sum(-1).flatten() / math.log(8)
+    torch.testing.assert_close(normalized_entropy(p), exact)
