@@ -95,7 +95,7 @@ def read_run(folder: Path) -> Run:
         attn=str(OmegaConf.select(config, "attn.variant")),
         seed=int(OmegaConf.select(config, "seed", default=0)),
         status="incomplete",
-        identity=identity.without("seed"),
+        identity=identity.without("seed", *seed_keys(folder)),
     )
     try:
         run.rows = read_metrics(folder)
@@ -137,6 +137,16 @@ def run_config(folder: Path) -> tuple[Any, Identity]:
         return cfg, Identity.of(OmegaConf.to_container(cfg, resolve=True))
     except Exception:  # noqa: BLE001  Hydra's ${hydra:…} or ${oc.env:…} cannot resolve here
         return cfg, Identity.of(OmegaConf.to_container(cfg, resolve=False))
+
+
+def seed_keys(folder: Path) -> list[str]:
+    """The dotted keys Hydra's config sets to ``${seed}`` (``task.data_seed`` of ``modadd``): they
+    change with the seed, so a run's seeds share its identity only without them too."""
+    path = folder / ".hydra" / "config.yaml"
+    if not path.exists():
+        return []
+    raw = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    return [key for key, value in flatten(raw).items() if value == "${seed}"]
 
 
 def last_failure(folder: Path) -> str | None:

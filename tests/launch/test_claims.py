@@ -102,3 +102,25 @@ def test_every_claim_names_a_variant_a_measure_and_a_task_the_readings_run():
         assert claim.variant in VARIANTS and claim.source in claim.key
         assert claim.measure in ("final", "steps", "stages") or claim.measure.startswith("init:")
         assert set(claim.tasks) <= {"digits", "lra_listops_small", "lm_char", "modadd"}
+
+
+def test_keys_that_follow_the_seed_leave_the_seeds_one_experiment(tmp_path):
+    """modadd draws its data from ``task.data_seed: ${seed}``: two seeds are still one experiment."""
+    from omegaconf import OmegaConf
+
+    from launch.records import read_run, seed_keys
+
+    folders = []
+    for seed in (0, 1):
+        folder = tmp_path / f"seed={seed}"
+        (folder / ".hydra").mkdir(parents=True)
+        raw = {
+            "seed": seed,
+            "task": {"name": "modadd", "data_seed": "${seed}"},
+            "attn": {"variant": "standard"},
+        }
+        OmegaConf.save(OmegaConf.create(raw), folder / ".hydra" / "config.yaml")
+        folders.append(folder)
+    assert seed_keys(folders[0]) == ["task.data_seed"]
+    first, second = (read_run(f) for f in folders)
+    assert first.seed != second.seed and first.experiment == second.experiment
