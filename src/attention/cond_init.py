@@ -12,8 +12,9 @@ Option ``value`` ([reading]) says which identity ``W_V`` gets:
   ``H*d ≠ D``), so head ``h`` reads coordinates ``h*d … (h+1)*d − 1``, as if the identity were
   laid on the fused weight.
 
-The default is the text's; the evidence does not overturn it (``experiment=readings/digits``:
-both readings within a point of each other and of ``standard``; the report's Claims section).
+The default is the text's; the evidence does not overturn it (``experiment=readings/*``, 5
+seeds: ``per_head`` ahead of ``fused`` on digits, ListOps and the char LM, by no more than noise
+on digits; the report's Claims section).
 
 Biases and ``W_O`` keep the model's initialization. Randomness comes from torch's global
 generator, so the run's seed fixes it.
