@@ -37,9 +37,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Literal
 
-from src.engine.identity import flatten
-
-from .records import Run
+from .records import Run, options
 
 Better = Literal["metric", "higher", "lower"]
 
@@ -351,14 +349,13 @@ def verdicts(runs: list[Run], claims: list[Claim] = CLAIMS) -> list[Verdict]:
 
 def reading_labels(runs: list[Run]) -> dict[str, str]:
     """``{experiment: "lam=10.0, targets=q"}``: the ``attn`` options that tell a variant's readings
-    apart (``default`` where a variant has one reading)."""
-    by_experiment = {r.experiment: r for r in runs}
-    attn = {e: flatten(r.identity.config.get("attn", {})) for e, r in by_experiment.items()}
+    apart (:func:`launch.records.options` among that variant's experiments; ``default`` where a
+    variant has one reading)."""
     labels = {}
-    for e, run in by_experiment.items():
-        peers = [attn[o] for o, other in by_experiment.items() if other.attn == run.attn]
-        keys = sorted({k for p in peers for k in p if len({repr(q.get(k)) for q in peers}) > 1})
-        labels[e] = ", ".join(f"{k}={attn[e].get(k)}" for k in keys) or "default"
+    for variant in {r.attn for r in runs}:
+        for experiment, settings in options([r for r in runs if r.attn == variant]).items():
+            shown = [f"{k.removeprefix('attn.')}={v}" for k, v in settings.items() if k.startswith("attn.")]
+            labels[experiment] = ", ".join(shown) or "default"
     return labels
 
 
