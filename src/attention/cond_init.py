@@ -55,6 +55,8 @@ class CondInit(Variant):
     """Semi-orthogonal W_Q, W_K per head and an identity W_V, at initialization."""
 
     name: ClassVar[str] = "cond_init"
+    rank: ClassVar[int] = 3
+    writes: ClassVar[dict[str, str]] = {"W_Q": "init", "W_K": "init", "W_V": "init"}
     value: Literal["fused", "per_head"] = "per_head"
 
     @torch.no_grad()

@@ -39,6 +39,8 @@ class Mimetic(Variant):
     """Initialize W_Q W_Kᵀ near ``alpha1 Z + beta1 I`` and W_V W_O near ``alpha2 Z − beta2 I``."""
 
     name: ClassVar[str] = "mimetic"
+    rank: ClassVar[int] = 5
+    writes: ClassVar[dict[str, str]] = {"W_Q": "init", "W_K": "init", "W_V": "init", "W_O": "init"}
     alpha1: float = 0.7
     beta1: float = 0.7
     alpha2: float = 0.4

@@ -58,6 +58,8 @@ class Precond(Variant):
     """Row-equilibrate each head's output before the output projection."""
 
     name: ClassVar[str] = "precond"
+    rank: ClassVar[int] = 1
+    writes: ClassVar[dict[str, str]] = {"P": "hook"}
     eps: float = 1e-6
     detach: bool = True
     gain: bool = False

@@ -32,6 +32,15 @@ class Variant:
     """Base of the attention variants: fields are options, checked on construction."""
 
     name: ClassVar[str] = ""
+    #: Where the variant's row goes in tables (``VARIANTS`` is sorted by it, then by name): the
+    #: baseline first, then the papers' variants; a new variant without one comes after them.
+    rank: ClassVar[int] = 100
+    #: What the variant changes and how, for composing variants (:mod:`.compose`): weights
+    #: ``W_Q``, ``W_K``, ``W_V``, ``W_O``, the head output ``P``, the embedded tokens ``X``; each
+    #: ``init`` (written once), ``parametrize`` (recomputed each forward) or ``hook`` (an
+    #: activation changed each forward). A variant whose targets depend on its options
+    #: overrides :meth:`touches`.
+    writes: ClassVar[dict[str, str]] = {}
 
     def __post_init__(self) -> None:
         hints = typing.get_type_hints(type(self))
@@ -44,6 +53,10 @@ class Variant:
 
     def options(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    def touches(self) -> dict[str, str]:
+        """``{"W_Q": "init", …}``: what this variant, with its options, changes and how."""
+        return dict(self.writes)
 
     def collapse_cause(self) -> str:
         """What, among this variant's options, can make the softmax one-hot at init; the collapse
@@ -64,6 +77,11 @@ def register(cls: type[Variant]) -> type[Variant]:
     if not cls.name or cls.name in VARIANTS:
         raise ValueError(f"variant {cls.__name__} needs a unique `name`, got {cls.name!r}")
     VARIANTS[cls.name] = cls
+    ordered = sorted(
+        VARIANTS.items(), key=lambda item: (item[1].rank, item[0])
+    )  # import order is not table order
+    VARIANTS.clear()
+    VARIANTS.update(ordered)
     return cls
 
 
@@ -87,9 +105,15 @@ def build(variant: str, **options: Any) -> Variant:
 def apply(model: nn.Module, variant: str | Variant, **options: Any) -> nn.Module:
     """Apply an attention variant to ``model`` in place and return it.
 
-    ``variant`` is a name from ``VARIANTS`` (with its options as keywords) or a built
-    :class:`Variant`. The applied variants are recorded in ``model.attention_variants``.
+    ``variant`` is a name from ``VARIANTS`` (with its options as keywords), a built
+    :class:`Variant`, or a :class:`~.compose.Composition` (its parts applied in order). The
+    applied variants are recorded in ``model.attention_variants``.
     """
+    parts = getattr(variant, "parts", None)  # a Composition: checked when it was built
+    if parts is not None:
+        for part in parts:
+            apply(model, part)
+        return model
     if isinstance(variant, Variant):
         if options:
             raise AttentionConfigError("pass options either to the Variant or to apply(), not both")

@@ -111,6 +111,7 @@ class Spectral(Variant):
     """Add a spectral correction ``C`` to the projections ``targets`` names (of W_Q, W_K, W_V)."""
 
     name: ClassVar[str] = "spectral"
+    rank: ClassVar[int] = 2
     mode: Literal["identity", "svd"] = "identity"
     lam: float = 10.0
     targets: Literal["q", "k", "v", "qk", "qv", "kv", "qkv"] = "q"
@@ -130,6 +131,9 @@ class Spectral(Variant):
                 blocks = [(p.start, s.num_heads, s.head_dim) for p, s in owned]
                 parametrization = AddSpectralShift(blocks, self.detach)
             parametrize.register_parametrization(linear, "weight", parametrization)
+
+    def touches(self) -> dict[str, str]:
+        return {f"W_{t.upper()}": "parametrize" for t in self.targets}
 
     def collapse_cause(self) -> str:
         if self.mode == "identity" and "q" in self.targets and "k" in self.targets:

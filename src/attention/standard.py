@@ -22,6 +22,7 @@ class Standard(Variant):
     """Softmax attention, unchanged."""
 
     name: ClassVar[str] = "standard"
+    rank: ClassVar[int] = 0
 
     def modify(self, model: nn.Module, sites: list[AttentionSite]) -> None:
         return None

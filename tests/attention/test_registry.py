@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import tiny_model
+from conftest import CONF, tiny_model
 from torch import nn
 
 from src import attention
 from src.attention import AttentionConfigError
 
 
-def test_variants_lists_the_six_names_baseline_first():
-    assert list(attention.VARIANTS) == [
+def test_variants_are_discovered_in_table_order():
+    """Every module of the package is imported (no import list to forget), and ``VARIANTS`` is
+    ordered by rank, the baseline first, whatever the import order."""
+    assert list(attention.VARIANTS)[:6] == [
         "standard",
         "precond",
         "spectral",
@@ -20,6 +22,22 @@ def test_variants_lists_the_six_names_baseline_first():
         "cond_tokens",
         "mimetic",
     ]
+    ranks = [(cls.rank, name) for name, cls in attention.VARIANTS.items()]
+    assert ranks == sorted(ranks)
+
+
+def test_each_variant_has_one_config_whose_defaults_are_its_own():
+    """``conf/attn/<name>.yaml`` exists for every registered variant, every file but ``compose``
+    names one, and the file's options are the variant's defaults: a composition's parts (built
+    from the dataclass) and a single run (from the file) cannot disagree."""
+    from omegaconf import OmegaConf
+
+    files = {p.stem: OmegaConf.to_container(OmegaConf.load(p)) for p in (CONF / "attn").glob("*.yaml")}
+    assert set(files) - {"compose"} == set(attention.VARIANTS)
+    for name, cfg in files.items():
+        if name != "compose":
+            options = {k: v for k, v in cfg.items() if k not in ("_target_", "variant")}
+            assert cfg["variant"] == name and options == attention.build(name).options(), name
 
 
 def test_unknown_variant_names_the_valid_ones():

@@ -1,0 +1,75 @@
+"""Reading the ``attn`` config group: one variant, or a composition of several.
+
+Two forms, one per kind of file in ``conf/attn/``:
+
+* one variant (``conf/attn/spectral.yaml``): ``{variant: spectral, mode: …, lam: …}``;
+* a composition (``conf/attn/compose.yaml``): ``{variant: cond_init+spectral,
+  parts: [cond_init, spectral], spectral: {lam: …}}``, see :mod:`.compose`.
+
+Everything that reads ``attn`` (the run, the detection backbones, the summary, the report)
+goes through these functions, so the two forms are told apart in one place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from .compose import Composition, compose, joined
+from .registry import Variant, build
+
+
+def as_dict(attn: Mapping[str, Any] | DictConfig | None) -> dict[str, Any]:
+    """``attn`` as a plain dict, without Hydra's ``_``-keys (``_target_``)."""
+    if attn is None:
+        return {}
+    plain = OmegaConf.to_container(attn, resolve=True) if isinstance(attn, DictConfig) else dict(attn)
+    return {k: v for k, v in plain.items() if not str(k).startswith("_")}
+
+
+def is_composition(attn: Mapping[str, Any] | DictConfig | None) -> bool:
+    return attn is not None and "parts" in attn
+
+
+def part_names(attn: Mapping[str, Any] | DictConfig) -> list[str]:
+    """The variants ``attn`` applies, in order: ``["spectral"]`` or ``["cond_init", "spectral"]``."""
+    return list(attn["parts"]) if is_composition(attn) else [attn["variant"]]
+
+
+def attn_name(attn: Mapping[str, Any] | DictConfig) -> str:
+    """``spectral`` or ``cond_init+spectral``."""
+    return joined(part_names(attn))
+
+
+def attn_options(attn: Mapping[str, Any] | DictConfig | None) -> dict[str, Any]:
+    """The options, without ``variant`` and ``_``-keys: flat for one variant, per part
+    (``{"cond_init": {…}, "spectral": {…}}``) for a composition."""
+    options = as_dict(attn)
+    options.pop("variant", None)
+    options.pop("parts", None)
+    return options
+
+
+def variant_from_config(attn: Mapping[str, Any] | DictConfig | str | None) -> Variant | Composition:
+    """What ``attention.apply`` takes for ``attn``: a config of either form, a variant's name, or
+    None (``standard``)."""
+    if attn is None or isinstance(attn, str):
+        return build(attn or "standard")
+    if is_composition(attn):
+        return compose(part_names(attn), **attn_options(attn))
+    return build(attn_name(attn), **attn_options(attn))
+
+
+def complete(attn: DictConfig) -> Variant | Composition:
+    """Check ``attn`` and fill in, for a composition, every part's options with its defaults, so
+    that the record names every option of every part; returns what ``attention.apply`` takes.
+    Fails (``AttentionConfigError``) before any work on an unknown part or option, or a conflict."""
+    built = variant_from_config(attn)
+    if isinstance(built, Composition):
+        with open_dict(attn):
+            for name, options in built.options().items():  # in the order of attn.parts
+                attn.pop(name, None)
+                attn[name] = options
+    return built
