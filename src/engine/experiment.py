@@ -42,6 +42,7 @@ def train(cfg: DictConfig, run_dir: Path | str) -> dict[str, Any]:
     """Train as ``cfg`` says, recording in ``run_dir``; returns the summary."""
     check_values(cfg)
     check_compatible(cfg)
+    attention.config.complete(cfg.attn)  # a composition: its parts checked, all their options recorded
     dist = Dist.setup(cfg.trainer.device)
     threads = torch.get_num_threads()
     flushed = flush_denormals(bool(cfg.trainer.get("flush_denormal")) and dist.device.type == "cpu")
@@ -114,7 +115,7 @@ def shared_loop(cfg: DictConfig, task, session: Session, dist: Dist, attempt: At
     """Build model, variant, optimizer, schedule and the shared loop, train; the summary."""
     datasets = task.datasets(Path(cfg.paths.data_dir))
     model = task.build_model(cfg.backbone)
-    attention.apply(model, instantiate(cfg.attn))
+    attention.apply(model, attention.config.complete(cfg.attn))
     model.to(dist.device)
     steps_per_epoch = max(1, len(datasets[0]) // (task.batch_size * dist.world * cfg.trainer.accumulate))
     total_steps = cfg.trainer.max_steps or cfg.trainer.max_epochs * steps_per_epoch
@@ -216,8 +217,8 @@ def run_identity(cfg: DictConfig, task) -> dict[str, Any]:
     return {
         "task": task.name,
         "backbone": cfg.backbone.name,
-        "attn": cfg.attn.variant,
-        "attn_options": {k: v for k, v in OmegaConf.to_container(cfg.attn).items() if not k.startswith("_")},
+        "attn": attention.attn_name(cfg.attn),
+        "attn_options": attention.attn_options(cfg.attn),
         "seed": cfg.seed,
         "metric": task.metric,
         "metric_mode": task.metric_mode,
@@ -229,7 +230,7 @@ def failure_summary(cfg: DictConfig, steps: int, error_line: str) -> dict[str, A
     return {
         "task": cfg.task.name,
         "backbone": cfg.backbone.name,
-        "attn": cfg.attn.variant,
+        "attn": attention.attn_name(cfg.attn),
         "seed": cfg.seed,
         "steps": steps,
         "metric": cfg.task.get("metric"),
@@ -255,10 +256,11 @@ def check_compatible(cfg: DictConfig) -> None:
             f"Backbones for task={task.name}: {', '.join(compatible_backbones(task))}"
         )
     allowed = backbone.get("attn_variants")  # optional: the variants a backbone takes (absent: all)
-    if allowed is not None and cfg.attn.variant not in allowed:
+    refused = [p for p in attention.part_names(cfg.attn) if allowed is not None and p not in allowed]
+    if refused:
         note = f": {backbone.attn_note}" if backbone.get("attn_note") else ""
         raise ConfigError(
-            f"attn={cfg.attn.variant} does not apply to backbone={backbone.name}{note}. "
+            f"attn={refused[0]} does not apply to backbone={backbone.name}{note}. "
             f"Variants for backbone={backbone.name}: {', '.join(allowed)}"
         )
 
