@@ -40,6 +40,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from src import attention
 from src.errors import ConfigError
 
 SCHEDULES = {"1x": (12, (8, 11)), "3x": (36, (27, 33))}
@@ -149,8 +150,7 @@ def backbone_dict(cfg: DictConfig) -> dict[str, Any]:
             f"backbone={cfg.backbone.name}: a detection backbone's model needs a `type` registered in "
             "mmdet's MODELS (SuiteViT, SuiteXCiT, SuiteSwin)"
         )
-    attn = OmegaConf.to_container(cfg.attn, resolve=True)
-    return {**model, "attn": {k: v for k, v in attn.items() if not k.startswith("_")}}
+    return {**model, "attn": attention.config.as_dict(cfg.attn)}
 
 
 def detector(base: Mapping, backbone: dict, channels: list[int], num_classes: int, sizes: Mapping) -> dict:

@@ -79,6 +79,14 @@ def test_every_variant_applies_and_trains_through_the_backbone(family, variant):
         assert any(g.abs().sum() > 0 for g in grads), site.name
 
 
+@pytest.mark.parametrize("family", sorted(TINY))
+def test_a_composition_applies_through_the_backbone_in_order(family):
+    attn = {"_target_": "src.attention.compose", "parts": ["cond_init", "precond"], "precond": {"gain": True}}
+    backbone = build(family, attn=attn)
+    assert [v.name for v in backbone.attention_variants] == ["cond_init", "precond"]
+    assert backbone.attention_variants[1].gain
+
+
 def test_out_blocks_feed_the_pyramid_levels_in_order():
     backbone = build("xcit")  # out_blocks [0, 1, 0, 1]: levels fed blocks 0, 1, 0, 1
     backbone.eval()

@@ -60,16 +60,12 @@ from src.errors import ConfigError
 from .pyramid import SimpleFeaturePyramid
 
 
-def attention_variant(attn: Mapping[str, Any] | str | None) -> attention.Variant:
-    """The variant an ``attn`` entry names: a ``conf/attn`` mapping, a variant name, or None (standard)."""
-    if attn is None:
-        return attention.build("standard")
-    if isinstance(attn, str):
-        return attention.build(attn)
-    options = {k: v for k, v in dict(attn).items() if not k.startswith("_")}
-    if "variant" not in options:
+def attention_variant(attn: Mapping[str, Any] | str | None) -> attention.Variant | attention.Composition:
+    """What an ``attn`` entry names: a ``conf/attn`` mapping (one variant or a composition), a
+    variant's name, or None (standard)."""
+    if isinstance(attn, Mapping) and "variant" not in attn and "parts" not in attn:
         raise ConfigError(f"backbone attn={dict(attn)} names no variant; e.g. attn=dict(variant='precond')")
-    return attention.build(**options)
+    return attention.variant_from_config(attn)
 
 
 class TimmDetectionBackbone(BaseModule):
