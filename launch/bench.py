@@ -22,6 +22,9 @@ ViT-S: ``spectral`` at 1.05× ``standard`` with denormals, 1.00× without them, 
 ``lam=1`` either way: a cost of the numbers, not of the variant's extra work. NVIDIA GPUs
 compute with denormals at full speed, so the switch only acts on a CPU. Training flushes them
 too (``trainer.flush_denormal``, default on; ``src/engine/numerics.py``).
+
+This module times steps (1, 2) and is the command; the two measurements that train through the
+suite (3, 4) are :mod:`launch.bench_training`'s.
 """
 
 from __future__ import annotations
@@ -30,7 +33,6 @@ import argparse
 import json
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -40,6 +42,8 @@ import torch
 from torch import nn
 
 from src import attention
+
+from .bench_training import runner_overhead, time_to_quality
 
 #: Other forms worth timing beside each variant at its defaults: the options that change the work.
 EXTRA_FORMS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -157,139 +161,6 @@ def peak_memory(args: argparse.Namespace) -> dict[str, dict[str, float]]:
     for f in out:
         out[f]["ratio"] = out[f]["peak_mb"] / base
     return out
-
-
-def runner_overhead(args: argparse.Namespace, rounds: int = 3) -> dict[str, float]:
-    """The suite's loop against a bare loop: same task, model, optimizer, schedule and batches."""
-    from src.engine.record import read_metrics
-
-    suite, bare = [], []
-    for _ in range(rounds):
-        with tempfile.TemporaryDirectory() as tmp:
-            suite.append(suite_seconds_per_step(args, Path(tmp), read_metrics))
-        bare.append(bare_seconds_per_step(args))
-    return {
-        "suite_ms": 1000 * statistics.median(suite),
-        "bare_ms": 1000 * statistics.median(bare),
-        "ratio": statistics.median(suite) / statistics.median(bare),
-    }
-
-
-def overhead_config(args: argparse.Namespace, output: Path):
-    from hydra import compose, initialize_config_dir
-
-    conf = Path(__file__).resolve().parents[1] / "conf"
-    with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
-        return compose(
-            "config",
-            overrides=[
-                "attn=standard",
-                f"trainer.max_steps={args.overhead_steps}",
-                "trainer.val_every=0",
-                "trainer.monitor_every=0",
-                f"trainer.checkpoint_every={10**9}",
-                "trainer.progress=none",
-                f"trainer.log_every={args.overhead_steps // 10}",
-                "trainer.device=cpu",
-                f"trainer.flush_denormal={bool(args.flush_denormal)}",  # as the bare loop runs
-                f"paths.output_dir={output}",
-            ],
-        )
-
-
-def suite_seconds_per_step(args: argparse.Namespace, tmp: Path, read_metrics) -> float:
-    """Seconds per step of the suite's loop, from its own windows (final validation excluded)."""
-    from src.engine import train
-
-    cfg = overhead_config(args, tmp)
-    train(cfg, tmp / "run")
-    rows = [r for r in read_metrics(tmp / "run") if r["split"] == "train"]
-    seconds = sum(cfg.trainer.log_every * cfg.task.batch_size / r["throughput"] for r in rows)
-    return seconds / args.overhead_steps
-
-
-def bare_seconds_per_step(args: argparse.Namespace) -> float:
-    """The same training, written as the plainest PyTorch loop."""
-    from hydra.utils import instantiate
-    from torch.utils.data import DataLoader
-
-    from src.engine.optim import build_optimizer, build_scheduler
-    from src.engine.seeding import seed_everything
-
-    with tempfile.TemporaryDirectory() as tmp:
-        cfg = overhead_config(args, Path(tmp))
-    task = instantiate(cfg.task)
-    seed_everything(cfg.seed)
-    train_set, _ = task.datasets(Path(cfg.paths.data_dir))
-    model = task.build_model(cfg.backbone)
-    attention.apply(model, instantiate(cfg.attn))
-    optimizer = build_optimizer(cfg.optim, model)
-    scheduler = build_scheduler(cfg.sched, optimizer, args.overhead_steps, len(train_set) // task.batch_size)
-    loader = DataLoader(train_set, batch_size=task.batch_size, shuffle=True, drop_last=True)
-    batches, step = iter(loader), 0
-    start = time.perf_counter()
-    while step < args.overhead_steps:
-        try:
-            batch = next(batches)
-        except StopIteration:
-            batches = iter(loader)
-            continue
-        loss = task.train_loss(model, batch)
-        loss.backward()
-        if cfg.trainer.clip_grad:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.trainer.clip_grad)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        step += 1
-        scheduler.step_update(step)
-    return (time.perf_counter() - start) / args.overhead_steps
-
-
-def time_to_quality(args: argparse.Namespace) -> list[dict[str, Any]]:
-    """Steps to ``standard``'s final validation loss, per task and variant (median over seeds)."""
-    from hydra import compose, initialize_config_dir
-
-    from launch.records import read_run
-    from launch.report import convergence
-    from src.engine import train
-
-    conf = Path(__file__).resolve().parents[1] / "conf"
-    rows = []
-    for task in args.quality:
-        runs = []
-        for variant in attention.VARIANTS:
-            for seed in range(args.seeds):
-                folder = args.quality_dir / task / variant / f"seed={seed}"
-                extra = [f"trainer.max_steps={args.quality_steps}"] if args.quality_steps else []
-                with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
-                    cfg = compose(
-                        "config",
-                        overrides=[
-                            f"task={task}",
-                            f"attn={variant}",
-                            f"seed={seed}",
-                            "trainer.progress=none",
-                            "trainer.monitor_every=0",
-                            *extra,
-                        ],
-                    )
-                if cfg.trainer.max_steps:  # 20 validations a run: steps to quality within 5% of the budget
-                    cfg.trainer.val_every = max(1, cfg.trainer.max_steps // 20)
-                if not (folder / "summary.json").exists():
-                    train(cfg, folder)
-                runs.append(read_run(folder))
-        rows += [
-            {
-                "task": c.task,
-                "variant": c.attn,
-                "steps": c.steps,
-                "ratio": c.ratio,
-                "reached": c.reached,
-                "seeds": c.seeds,
-            }
-            for c in convergence(runs, metric="val/loss")
-        ]
-    return rows
 
 
 def table(results: dict[str, Any]) -> str:

@@ -1,29 +1,10 @@
-"""The papers' claims as data, and their verdicts from run records.
+"""The papers' claims as data: what each says, how the suite measures it, where it is tested.
 
 Each :class:`Claim` says who claims what (``source``, ``statement``), how the suite measures it
 (``measure``, ``better``), where it is tested at small scale (``tasks`` and the ``experiment``
-that runs them) and the paper's number where one exists. :func:`verdicts` turns completed runs
-into one :class:`Verdict` per claim, task and *reading* (a variant with all its options: an
-experiment in :mod:`launch.records`' sense), never pooled over readings:
-
-* the effect is ``variant − standard`` per seed, paired by seed within one setting (the same
-  identity but the variant), its mean and a 95% Student-t interval over the seeds
-  (``n − 1`` degrees of freedom; no interval below two seeds);
-* *reproduced*: the interval excludes 0 on the paper's side; *contradicted*: it excludes 0 on
-  the other side; *inconclusive*: it contains 0. κ effects are in log10 (a factor of 10 is 1).
-
-Measures:
-
-``final``            the run's main metric at the end (``summary.json``'s ``final``);
-``init:<key>``       a monitor quantity before the first step (the trainer logs it at step 0);
-``steps``            P4's: the first validation step at which a seed reaches ``standard``'s mean
-                     final metric, over the run's length; a seed that never reaches it counts its
-                     whole length ([reading]: censored at 1, which can only understate a speed-up);
-``stages``           P5's two stages, read from ``standard``'s own validation accuracy ([reading]):
-                     for a seed that learns (reaches 95%), the plateau (steps before it leaves
-                     chance by a tenth of the way to 100%) minus the rise (steps from there to 95%),
-                     over the run's length; two stages show as a plateau longer than the rise
-                     (> 0). Seeds that never learn are left out and counted.
+that runs them) and the paper's number where one exists. The measures, and how runs turn into a
+verdict per claim, task and reading, are :mod:`launch.verdicts`' (kept apart so that this list
+reads on its own).
 
 Claims that need no training (theorems) are checked by tests; they are listed here with the
 test that asserts them and what it found (:data:`CHECKED_BY_TESTS`).
@@ -31,13 +12,8 @@ test that asserts them and what it found (:data:`CHECKED_BY_TESTS`).
 
 from __future__ import annotations
 
-import math
-import statistics
-from collections import defaultdict
 from dataclasses import dataclass
 from typing import Literal
-
-from .records import Run, options
 
 Better = Literal["metric", "higher", "lower"]
 
@@ -54,7 +30,7 @@ class Claim:
     better: Better  # metric: the task's own direction; higher / lower: of the measure
     tasks: tuple[str, ...]  # the suite's tasks that test it at small scale
     experiment: str = "readings"  # conf/experiment/readings/<task>.yaml runs them
-    paper: str = "—"  # the paper's number, as METHODS.md quotes it
+    paper: str = "—"  # the paper's number, as docs/methods.md quotes it
 
 
 IMAGE, LRA, LM, MODADD = ("digits",), ("lra_listops_small",), ("lm_char",), ("modadd",)
@@ -254,174 +230,3 @@ CHECKED_BY_TESTS: list[TestedClaim] = [
     ),
 ]
 
-
-@dataclass
-class Verdict:
-    """One claim on one task for one reading."""
-
-    claim: Claim
-    task: str
-    reading: str  # the variant's options (what tells this experiment apart)
-    n: int  # seeds paired with standard (or, for ``stages``, standard's seeds that learn)
-    baseline: float | None  # standard's mean of the measure (log10 for κ)
-    value: float | None  # the reading's mean of the measure
-    effect: float | None  # mean of the per-seed differences
-    low: float | None
-    high: float | None
-    entropy: float | None  # the reading's median attention entropy at init (mean over seeds)
-    note: str = ""
-    claimed_sign: int = 1  # +1: the paper says the effect is positive; -1: negative
-    metric: str = ""  # the runs' main metric (for ``final``: how to print it)
-
-    @property
-    def verdict(self) -> str:
-        if self.low is None or self.high is None:
-            return "no data" if self.n == 0 else "inconclusive"
-        side = self.claimed_sign
-        if (side > 0 and self.low > 0) or (side < 0 and self.high < 0):
-            return "reproduced"
-        if (side > 0 and self.high < 0) or (side < 0 and self.low > 0):
-            return "contradicted"
-        return "inconclusive"
-
-
-def interval(diffs: list[float], confidence: float = 0.95) -> tuple[float | None, float | None]:
-    """A Student-t interval for the mean of ``diffs`` (``None`` below two values)."""
-    if len(diffs) < 2:
-        return None, None
-    from scipy import stats
-
-    mean, sd = statistics.fmean(diffs), statistics.stdev(diffs)
-    half = stats.t.ppf(0.5 + confidence / 2, len(diffs) - 1) * sd / math.sqrt(len(diffs))
-    return mean - half, mean + half
-
-
-def monitor_at(run: Run, key: str, step: int = 0) -> float | None:
-    """A monitor quantity at ``step`` (κ in log10)."""
-    row = next((r for r in run.rows if r.get("split") == "monitor" and r.get("step") == step), None)
-    value = None if row is None else row.get(key)
-    if value is None:
-        return None
-    return math.log10(value) if key.startswith("kappa/") and value > 0 else float(value)
-
-
-def steps_to(run: Run, target: float) -> float | None:
-    """The first validation step reaching ``target``, over the run's length (1: never reached)."""
-    steps, values = run.series(run.metric)
-    if not steps:
-        return None
-    for s, v in zip(steps, values, strict=True):
-        if (v >= target) if run.higher_is_better else (v <= target):
-            return s / steps[-1]
-    return 1.0
-
-
-def stages(run: Run, chance: float) -> float | None:
-    """P5's plateau minus rise over the run's length, for a seed that learns (else ``None``)."""
-    steps, acc = run.series(run.metric)
-    leave = next((s for s, a in zip(steps, acc, strict=True) if a >= chance + 0.1 * (1 - chance)), None)
-    reach = next((s for s, a in zip(steps, acc, strict=True) if a >= 0.95), None)
-    if leave is None or reach is None:
-        return None
-    return (leave - (reach - leave)) / steps[-1]
-
-
-def measure(run: Run, claim: Claim, target: float | None) -> float | None:
-    if claim.measure == "final":
-        return run.final.get(run.metric)
-    if claim.measure.startswith("init:"):
-        return monitor_at(run, claim.measure.removeprefix("init:"))
-    if claim.measure == "steps":
-        return None if target is None else steps_to(run, target)
-    raise ValueError(f"unknown measure {claim.measure!r}")
-
-
-def verdicts(runs: list[Run], claims: list[Claim] = CLAIMS) -> list[Verdict]:
-    """Every claim on every task it names, for every reading of its variant found in ``runs``."""
-    done = [r for r in runs if r.status == "completed" and r.metric in r.final]
-    out = []
-    for claim in claims:
-        for task in claim.tasks:
-            here = [r for r in done if r.task == task]
-            out += _stages(claim, task, here) if claim.measure == "stages" else _paired(claim, task, here)
-    return out
-
-
-def reading_labels(runs: list[Run]) -> dict[str, str]:
-    """``{experiment: "lam=10.0, targets=q"}``: the ``attn`` options that tell a variant's readings
-    apart (:func:`launch.records.options` among that variant's experiments; ``default`` where a
-    variant has one reading)."""
-    labels = {}
-    for variant in {r.attn for r in runs}:
-        for experiment, settings in options([r for r in runs if r.attn == variant]).items():
-            shown = [f"{k.removeprefix('attn.')}={v}" for k, v in settings.items() if k.startswith("attn.")]
-            labels[experiment] = ", ".join(shown) or "default"
-    return labels
-
-
-def _paired(claim: Claim, task: str, runs: list[Run]) -> list[Verdict]:
-    """The claim against ``standard`` in the same setting, one verdict per reading."""
-    readings: dict[str, list[Run]] = defaultdict(list)
-    for r in runs:
-        readings[r.experiment].append(r)
-    baselines = {
-        members[0].context: members for members in readings.values() if members[0].attn == "standard"
-    }
-    labels = reading_labels(runs)
-    out = []
-    for experiment, members in sorted(readings.items(), key=lambda kv: labels[kv[0]]):
-        base = baselines.get(members[0].context)
-        if members[0].attn != claim.variant or base is None:
-            continue
-        target = statistics.fmean(r.final[r.metric] for r in base) if claim.measure == "steps" else None
-        mine = {r.seed: measure(r, claim, target) for r in members}
-        theirs = {r.seed: measure(r, claim, target) for r in base}
-        seeds = sorted(s for s in mine if mine[s] is not None and theirs.get(s) is not None)
-        diffs = [mine[s] - theirs[s] for s in seeds]
-        low, high = interval(diffs)
-        sign = (
-            -1
-            if claim.better == "lower" or (claim.better == "metric" and not base[0].higher_is_better)
-            else 1
-        )
-        out.append(
-            Verdict(
-                claim,
-                task,
-                labels[experiment],
-                len(seeds),
-                statistics.fmean(theirs[s] for s in seeds) if seeds else None,
-                statistics.fmean(mine[s] for s in seeds) if seeds else None,
-                statistics.fmean(diffs) if diffs else None,
-                low,
-                high,
-                _entropy(members),
-                claimed_sign=sign,
-                metric=base[0].metric or "",
-            )
-        )
-    return out
-
-
-def _stages(claim: Claim, task: str, runs: list[Run]) -> list[Verdict]:
-    """P5's two stages on ``standard``'s own seeds (one-sample: the plateau minus the rise)."""
-    by_experiment: dict[str, list[Run]] = defaultdict(list)
-    for r in runs:
-        if r.attn == claim.variant:
-            by_experiment[r.experiment].append(r)
-    out = []
-    for members in by_experiment.values():
-        p = members[0].identity.config.get("task", {}).get("p", 2)
-        values = [v for r in members if (v := stages(r, 1 / p)) is not None]
-        low, high = interval(values)
-        note = f"{len(values)} of {len(members)} seeds learn (reach 95%)"
-        mean = statistics.fmean(values) if values else None
-        out.append(
-            Verdict(claim, task, "—", len(values), None, mean, mean, low, high, _entropy(members), note)
-        )
-    return out
-
-
-def _entropy(members: list[Run]) -> float | None:
-    values = [v for r in members if (v := monitor_at(r, "entropy/P/median")) is not None]
-    return statistics.fmean(values) if values else None

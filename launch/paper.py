@@ -1,4 +1,8 @@
-"""The numbers the papers report (``../shared/METHODS.md``), in the suite's names and units.
+"""The numbers the papers report, in the suite's names and units.
+
+``docs/methods.md#papers-numbers`` explains them: the papers (P1–P5), each table with its
+source and schedule, which paper's baseline each row is measured against, and the numbers
+kept for reference that no task here reproduces (GLUE, epoch times).
 
 Accuracies are fractions (the record's ``val/acc``), as the suite logs them; the report
 prints them in percent. Each number carries its source, and the baseline of the same source,
@@ -22,6 +26,7 @@ class PaperNumber:
 
 
 def _imagenet() -> list[PaperNumber]:
+    # docs/methods.md#imagenet-1k; the `standard` row is P4's default (the papers' baselines differ)
     # backbone: (P2 base, spectral), (P3 base, cond_tokens), (P4 default, mimetic, cond_init)
     table = {
         "vit_base": ((80.7, 81.7), (80.3, 81.3), (80.3, 80.5, 81.5)),
@@ -47,6 +52,7 @@ def _imagenet() -> list[PaperNumber]:
 
 
 def _lra() -> list[PaperNumber]:
+    # docs/methods.md#long-range-arena; one baseline row for P2, P3 and P4
     tasks = ["lra_listops", "lra_text", "lra_retrieval", "lra_image", "lra_pathfinder"]
     base = [37.1, 63.8, 79.8, 39.9, 72.9]
     rows = {
@@ -68,6 +74,7 @@ def _lra() -> list[PaperNumber]:
 
 
 def _lm() -> list[PaperNumber]:
+    # docs/methods.md#language-modelling
     return [
         PaperNumber("lm_tinystories", "gpt2_small", "standard", "val/loss", 2.41, 2.41, "P3"),
         PaperNumber("lm_tinystories", "gpt2_small", "cond_tokens", "val/loss", 2.36, 2.41, "P3"),
@@ -81,7 +88,7 @@ def _lm() -> list[PaperNumber]:
 def _coco() -> list[PaperNumber]:
     """Mask R-CNN with XCiT backbones: box AP (``coco/bbox_mAP``) and mask AP (``coco/segm_mAP``),
     as fractions (mmdet's COCO metric reports them so)."""
-    # backbone: {variant: (box AP, mask AP, source)}, the baseline first
+    # docs/methods.md#coco. backbone: {variant: (box AP, mask AP, source)}, the baseline first
     table = {
         "xcit_small_det": {
             "standard": (44.9, 40.1, "P2"),
@@ -104,7 +111,7 @@ def _coco() -> list[PaperNumber]:
 
 PAPER: list[PaperNumber] = _imagenet() + _lra() + _lm() + _coco()
 
-#: P4: epochs to reach the default initialization's final ImageNet accuracy.
+#: P4: epochs to reach the default initialization's final ImageNet accuracy (docs/methods.md#imagenet-1k).
 P4_EPOCHS_TO_TARGET = {
     "vit_base": {"standard": 300, "mimetic": 288, "cond_init": 211},
     "deit_base": {"standard": 300, "mimetic": 279, "cond_init": 206},

@@ -9,177 +9,24 @@ training per experiment with a band over seeds; κ over training), the runs that
 to start or never finished, with their error line, and the duplicates (two runs of one identity
 and seed: counted once). Which way a metric is better comes from ``summary.json``'s
 ``metric_mode``.
+
+This module writes the document and is the command; what it prints comes from its neighbours:
+the experiments' numbers (:func:`table`, :func:`convergence`) from :mod:`launch.results`, the
+claims' verdicts from :mod:`launch.verdicts`, the plots from :mod:`launch.plots`.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-from collections import defaultdict
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from .claims import CHECKED_BY_TESTS, Verdict, verdicts
-from .paper import P4_EPOCHS_TO_TARGET, PaperNumber, lookup
-from .records import Run, options, read_runs, read_wandb
-
-KAPPAS = ["W_Q", "W_K", "W_V", "X", "P", "A"]
-
-
-@dataclass
-class Cell:
-    """One experiment (a task × backbone × variant with all its settings) over its seeds."""
-
-    task: str
-    backbone: str
-    attn: str
-    metric: str
-    values: list[float]
-    paper: PaperNumber | None
-    baseline_mean: float | None = None  # our `standard` in the same setting
-    options: dict = field(default_factory=dict)  # what tells it apart from its neighbours
-    context: str = ""  # :attr:`Run.context`: where its baseline is
-
-    @property
-    def label(self) -> str:
-        return describe(self.options)
-
-    @property
-    def n(self) -> int:
-        return len(self.values)
-
-    @property
-    def mean(self) -> float:
-        return statistics.fmean(self.values)
-
-    @property
-    def std(self) -> float:
-        return statistics.stdev(self.values) if self.n > 1 else 0.0
-
-    @property
-    def gain(self) -> float | None:
-        return None if self.baseline_mean is None else self.mean - self.baseline_mean
-
-
-def describe(settings: dict) -> str:
-    """``lam=10, trainer.max_steps=100`` (a variant's own options without their ``attn.``)."""
-    shown = {k: v for k, v in settings.items() if v is not None}  # None: a key this run's config lacks
-    if not shown:
-        return "—"
-    return ", ".join(f"{k.removeprefix('attn.')}={v}" for k, v in shown.items())
-
-
-def experiments(runs: list[Run]) -> tuple[dict[tuple, list[Run]], list[tuple[Run, Run]]]:
-    """Completed runs grouped by (task, backbone, variant, experiment); and the duplicates left
-    out, each as ``(kept, duplicate)``: same identity and seed, so the same run twice."""
-    groups: dict[tuple, list[Run]] = defaultdict(list)
-    duplicates = []
-    for run in sorted(runs, key=lambda r: r.name):
-        if run.status != "completed" or run.metric not in run.final:
-            continue
-        members = groups[(*run.key, run.experiment)]
-        twin = next((m for m in members if m.seed == run.seed), None)
-        if twin is not None:
-            duplicates.append((twin, run))
-        else:
-            members.append(run)
-    return groups, duplicates
-
-
-def table(runs: list[Run]) -> list[Cell]:
-    """The cells of completed runs, each with the paper's number and our baseline's mean."""
-    groups, _ = experiments(runs)
-    settings = options(runs)
-    cells = []
-    for (task, backbone, attn, experiment), members in sorted(groups.items(), key=lambda kv: kv[0][:3]):
-        metric = members[0].metric
-        cells.append(
-            Cell(
-                task,
-                backbone,
-                attn,
-                metric,
-                [r.final[metric] for r in members],
-                lookup(task, backbone, attn, metric),
-                options=settings.get(experiment, {}),
-                context=members[0].context,
-            )
-        )
-    baselines = {(c.task, c.backbone, c.context): c.mean for c in cells if c.attn == "standard"}
-    for c in cells:
-        c.baseline_mean = baselines.get((c.task, c.backbone, c.context))
-    return cells
-
-
-@dataclass
-class Convergence:
-    """Steps (median over seeds) a variant needs to reach ``standard``'s mean final metric."""
-
-    task: str
-    backbone: str
-    attn: str
-    steps: float | None  # None: no seed reached it
-    reached: int
-    seeds: int
-    ratio: float | None
-    epochs: float | None
-    options: dict = field(default_factory=dict)
-
-
-def first_reaching(steps: list[int], values: list[float], target: float, higher: bool) -> int | None:
-    for s, v in zip(steps, values, strict=True):
-        if (v >= target) if higher else (v <= target):
-            return s
-    return None
-
-
-def convergence(runs: list[Run], metric: str | None = None) -> list[Convergence]:
-    """P4's measure: the step at which each variant first reaches the baseline's final metric
-    (the runs' main metric, or ``metric``, e.g. ``val/loss``).
-
-    The baseline itself counts its whole budget (its last step), as P4's table does (300 of
-    300 epochs); a variant's figure is the median over the seeds that reach the target.
-    """
-    groups, _ = experiments([r for r in runs if (metric or r.metric) in r.final])
-    settings = options(runs)
-    contexts: dict[tuple, list[list[Run]]] = defaultdict(list)  # the same setting, any variant
-    for members in groups.values():
-        first = members[0]
-        contexts[(first.task, first.backbone, first.context)].append(members)
-    out = []
-    for (task, backbone, _), experiments_here in sorted(contexts.items(), key=lambda kv: kv[0][:2]):
-        base = next((m for m in experiments_here if m[0].attn == "standard"), None)
-        if base is None:
-            continue
-        key = metric or base[0].metric
-        higher = base[0].higher_is_better if key == base[0].metric else "loss" not in key
-        target = statistics.fmean(r.final[key] for r in base)
-        budget = statistics.median(max(r.series(key)[0], default=0) for r in base)
-        ordered = sorted(experiments_here, key=lambda m: (m[0].attn, describe(settings[m[0].experiment])))
-        for members in ordered:
-            if members is base:
-                hits = [max(r.series(key)[0], default=0) for r in members]
-            else:
-                hits = [
-                    s for r in members if (s := first_reaching(*r.series(key), target, higher)) is not None
-                ]
-            steps = statistics.median(hits) if hits else None
-            per_epoch = members[0].steps_per_epoch
-            out.append(
-                Convergence(
-                    task,
-                    backbone,
-                    members[0].attn,
-                    steps,
-                    len(hits),
-                    len(members),
-                    ratio=None if steps is None or not budget else steps / budget,
-                    epochs=None if steps is None or not per_epoch else steps / per_epoch,
-                    options=settings[members[0].experiment],
-                )
-            )
-    return out
+from .claims import CHECKED_BY_TESTS
+from .paper import P4_EPOCHS_TO_TARGET
+from .plots import plot
+from .records import Run, read_runs, read_wandb
+from .results import Cell, Convergence, convergence, describe, experiments, table
+from .verdicts import Verdict, verdicts
 
 
 def fmt(value: float | None, metric: str) -> str:
@@ -197,7 +44,7 @@ def markdown(cells: list[Cell], conv: list[Convergence], runs: list[Run]) -> str
         "Main metric per experiment: mean ± std over seeds (accuracies and COCO APs in %). An experiment "
         "is a run's whole configuration but its seed; *settings* lists what tells it apart from the "
         "other experiments of its task and backbone. *gain*: against our `standard` in the same "
-        "settings. *paper*: the number METHODS.md quotes and its gain over the same paper's baseline.",
+        "settings. *paper*: the number docs/methods.md quotes and its gain over the same paper's baseline.",
         "",
         "| task | backbone | variant | settings | metric | ours | n | gain | paper | paper gain "
         "| ours − paper |",
@@ -324,79 +171,6 @@ def not_counted(runs: list[Run]) -> list[str]:
         lines += ["", heading, ""]
         lines += [f"- {dup.name} repeats {kept.name} (seed {kept.seed})" for kept, dup in duplicates]
     return lines
-
-
-def plot(runs: list[Run], out: Path) -> list[Path]:
-    """Per task × backbone: the main metric over training, and κ over training, per experiment
-    (its variant, and its settings where the experiments of that task and backbone differ)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    written = []
-    done = [r for r in runs if r.rows and r.metric and r.status != "unreadable"]
-    settings = options(runs)
-
-    def label(run: Run) -> str:
-        extra = describe(settings.get(run.experiment, {}))
-        return run.attn if extra == "—" else f"{run.attn} ({extra})"
-
-    for task, backbone in sorted({(r.task, r.backbone) for r in done}):
-        group = [r for r in done if (r.task, r.backbone) == (task, backbone)]
-        labels = sorted({label(r) for r in group})
-        metric = group[0].metric
-        fig, ax = plt.subplots(figsize=(6, 4))
-        for name in labels:
-            _band(ax, [r.series(metric) for r in group if label(r) == name], name)
-        ax.set(xlabel="step", ylabel=metric, title=f"{task} · {backbone}")
-        ax.legend(fontsize=8)
-        written.append(_save(fig, out / f"curves_{task}_{backbone}.png"))
-
-        keys = [f"kappa/{k}/median" for k in KAPPAS]
-        if any(r.series("kappa/P/median", "monitor")[0] for r in group):  # κ(P) = 1 when P collapses:
-            keys.insert(keys.index("kappa/P/median") + 1, "entropy/P/median")  # its entropy beside it
-        monitored = [k for k in keys if any(r.series(k, "monitor")[0] for r in group)]
-        if monitored:
-            fig, axes = plt.subplots(1, len(monitored), figsize=(3.2 * len(monitored), 3), squeeze=False)
-            for ax, k in zip(axes[0], monitored, strict=True):
-                for name in labels:
-                    _band(ax, [r.series(k, "monitor") for r in group if label(r) == name], name)
-                what = k.split("/")[1]
-                if k.startswith("kappa/"):
-                    ax.set(yscale="log", xlabel="step", title=f"median κ({what})")
-                else:
-                    ax.set(xlabel="step", ylim=(0, 1.05), title="median entropy(P) (1 uniform, 0 one-hot)")
-            axes[0][0].legend(fontsize=7)
-            fig.suptitle(f"{task} · {backbone}")
-            written.append(_save(fig, out / f"kappa_{task}_{backbone}.png"))
-    return written
-
-
-def _band(ax, series: list[tuple[list[int], list[float]]], label: str) -> None:
-    """Mean over seeds, with the band between the lowest and highest seed, at their common steps."""
-    series = [s for s in series if s[0]]
-    if not series:
-        return
-    common = sorted(set.intersection(*(set(steps) for steps, _ in series)))
-    per_seed = [[dict(zip(steps, values, strict=True))[s] for s in common] for steps, values in series]
-    columns = list(zip(*per_seed, strict=True))
-    mean = [statistics.fmean(c) for c in columns]
-    (line,) = ax.plot(common, mean, label=f"{label} (n={len(series)})")
-    if len(series) > 1:
-        ax.fill_between(
-            common, [min(c) for c in columns], [max(c) for c in columns], alpha=0.2, color=line.get_color()
-        )
-
-
-def _save(fig, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
-    return path
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,174 @@
+"""Completed runs as experiments: the results table's cells and P4's steps to ``standard``.
+
+An experiment is a run's identity without its seed (task, backbone, variant and its options,
+and every other setting: run length, recipe, data). :func:`experiments` groups completed runs
+so, counting a duplicate (two runs of one identity and seed) once; :func:`table` gives each
+experiment's main metric over its seeds beside the paper's number and our ``standard`` in the
+same setting; :func:`convergence` the steps each variant needs to reach ``standard``'s final
+metric. These are numbers only: :mod:`launch.report` prints them, :mod:`launch.plots` draws
+the curves, and ``python -m launch.bench --quality`` reuses :func:`convergence`.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from .paper import PaperNumber, lookup
+from .records import Run, options
+
+
+@dataclass
+class Cell:
+    """One experiment (a task × backbone × variant with all its settings) over its seeds."""
+
+    task: str
+    backbone: str
+    attn: str
+    metric: str
+    values: list[float]
+    paper: PaperNumber | None
+    baseline_mean: float | None = None  # our `standard` in the same setting
+    options: dict = field(default_factory=dict)  # what tells it apart from its neighbours
+    context: str = ""  # :attr:`Run.context`: where its baseline is
+
+    @property
+    def label(self) -> str:
+        return describe(self.options)
+
+    @property
+    def n(self) -> int:
+        return len(self.values)
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.values)
+
+    @property
+    def std(self) -> float:
+        return statistics.stdev(self.values) if self.n > 1 else 0.0
+
+    @property
+    def gain(self) -> float | None:
+        return None if self.baseline_mean is None else self.mean - self.baseline_mean
+
+
+def describe(settings: dict) -> str:
+    """``lam=10, trainer.max_steps=100`` (a variant's own options without their ``attn.``)."""
+    shown = {k: v for k, v in settings.items() if v is not None}  # None: a key this run's config lacks
+    if not shown:
+        return "—"
+    return ", ".join(f"{k.removeprefix('attn.')}={v}" for k, v in shown.items())
+
+
+def experiments(runs: list[Run]) -> tuple[dict[tuple, list[Run]], list[tuple[Run, Run]]]:
+    """Completed runs grouped by (task, backbone, variant, experiment); and the duplicates left
+    out, each as ``(kept, duplicate)``: same identity and seed, so the same run twice."""
+    groups: dict[tuple, list[Run]] = defaultdict(list)
+    duplicates = []
+    for run in sorted(runs, key=lambda r: r.name):
+        if run.status != "completed" or run.metric not in run.final:
+            continue
+        members = groups[(*run.key, run.experiment)]
+        twin = next((m for m in members if m.seed == run.seed), None)
+        if twin is not None:
+            duplicates.append((twin, run))
+        else:
+            members.append(run)
+    return groups, duplicates
+
+
+def table(runs: list[Run]) -> list[Cell]:
+    """The cells of completed runs, each with the paper's number and our baseline's mean."""
+    groups, _ = experiments(runs)
+    settings = options(runs)
+    cells = []
+    for (task, backbone, attn, experiment), members in sorted(groups.items(), key=lambda kv: kv[0][:3]):
+        metric = members[0].metric
+        cells.append(
+            Cell(
+                task,
+                backbone,
+                attn,
+                metric,
+                [r.final[metric] for r in members],
+                lookup(task, backbone, attn, metric),
+                options=settings.get(experiment, {}),
+                context=members[0].context,
+            )
+        )
+    baselines = {(c.task, c.backbone, c.context): c.mean for c in cells if c.attn == "standard"}
+    for c in cells:
+        c.baseline_mean = baselines.get((c.task, c.backbone, c.context))
+    return cells
+
+
+@dataclass
+class Convergence:
+    """Steps (median over seeds) a variant needs to reach ``standard``'s mean final metric."""
+
+    task: str
+    backbone: str
+    attn: str
+    steps: float | None  # None: no seed reached it
+    reached: int
+    seeds: int
+    ratio: float | None
+    epochs: float | None
+    options: dict = field(default_factory=dict)
+
+
+def first_reaching(steps: list[int], values: list[float], target: float, higher: bool) -> int | None:
+    for s, v in zip(steps, values, strict=True):
+        if (v >= target) if higher else (v <= target):
+            return s
+    return None
+
+
+def convergence(runs: list[Run], metric: str | None = None) -> list[Convergence]:
+    """P4's measure: the step at which each variant first reaches the baseline's final metric
+    (the runs' main metric, or ``metric``, e.g. ``val/loss``).
+
+    The baseline itself counts its whole budget (its last step), as P4's table does (300 of
+    300 epochs); a variant's figure is the median over the seeds that reach the target.
+    """
+    groups, _ = experiments([r for r in runs if (metric or r.metric) in r.final])
+    settings = options(runs)
+    contexts: dict[tuple, list[list[Run]]] = defaultdict(list)  # the same setting, any variant
+    for members in groups.values():
+        first = members[0]
+        contexts[(first.task, first.backbone, first.context)].append(members)
+    out = []
+    for (task, backbone, _), experiments_here in sorted(contexts.items(), key=lambda kv: kv[0][:2]):
+        base = next((m for m in experiments_here if m[0].attn == "standard"), None)
+        if base is None:
+            continue
+        key = metric or base[0].metric
+        higher = base[0].higher_is_better if key == base[0].metric else "loss" not in key
+        target = statistics.fmean(r.final[key] for r in base)
+        budget = statistics.median(max(r.series(key)[0], default=0) for r in base)
+        ordered = sorted(experiments_here, key=lambda m: (m[0].attn, describe(settings[m[0].experiment])))
+        for members in ordered:
+            if members is base:
+                hits = [max(r.series(key)[0], default=0) for r in members]
+            else:
+                hits = [
+                    s for r in members if (s := first_reaching(*r.series(key), target, higher)) is not None
+                ]
+            steps = statistics.median(hits) if hits else None
+            per_epoch = members[0].steps_per_epoch
+            out.append(
+                Convergence(
+                    task,
+                    backbone,
+                    members[0].attn,
+                    steps,
+                    len(hits),
+                    len(members),
+                    ratio=None if steps is None or not budget else steps / budget,
+                    epochs=None if steps is None or not per_epoch else steps / per_epoch,
+                    options=settings[members[0].experiment],
+                )
+            )
+    return out
