@@ -12,7 +12,7 @@ COMMA := ,
 EXTRAS := dev$(if $(WITH_DETECTION),$(COMMA)detection,)
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test test-slow test-full bench lint clean
+.PHONY: help install run test test-slow test-full test-timm bench lint clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  %-10s %s\n", $$1, $$2}'
@@ -35,6 +35,9 @@ test-slow: ## run only the slow tests (long end-to-end runs, full-size backbones
 test-full: ## run every test: `make test` then `make test-slow` (what CI runs)
 	$(MAKE) test
 	$(MAKE) test-slow
+
+test-timm: ## timm's own model tests on tiny models of each family, per variant; ARGS="precond -- -x"
+	$(PYTHON) tests/timm_upstream/run.py $(ARGS)
 
 bench: ## speed and memory of each attention variant; ARGS="--device cuda …" (python -m launch.bench --help)
 	$(PYTHON) -m launch.bench $(ARGS)

@@ -6,28 +6,14 @@ from collections.abc import Callable
 
 import pytest
 import torch
-from timm.models import davit, deit, swin_transformer, vision_transformer, xcit
 from torch import nn
+
+from src.attention.timm_families import FAMILIES
 
 IMAGE = (3, 32, 32)
 
-TINY_FAMILIES: dict[str, Callable[[], nn.Module]] = {
-    "vit": lambda: vision_transformer.VisionTransformer(
-        img_size=32, patch_size=8, embed_dim=48, depth=2, num_heads=3, num_classes=5
-    ),
-    "deit": lambda: deit.VisionTransformerDistilled(
-        img_size=32, patch_size=8, embed_dim=48, depth=2, num_heads=3, num_classes=5
-    ),
-    "swin": lambda: swin_transformer.SwinTransformer(
-        img_size=32, patch_size=4, window_size=4, embed_dim=24, depths=(2, 2), num_heads=(2, 4), num_classes=5
-    ),
-    "xcit": lambda: xcit.Xcit(
-        img_size=32, patch_size=8, embed_dim=48, depth=2, num_heads=4, cls_attn_layers=1, num_classes=5
-    ),
-    "davit": lambda: davit.DaVit(
-        depths=(1, 1), embed_dims=(16, 32), num_heads=(2, 4), window_size=2, num_classes=5
-    ),
-}
+#: A tiny model of every family ``src/attention/timm_families.py`` registers (its ``tiny``), by name.
+TINY_FAMILIES: dict[str, Callable[[], nn.Module]] = {name: family.tiny for name, family in FAMILIES.items()}
 
 
 def tiny_model(family: str, seed: int = 0) -> nn.Module:

@@ -57,8 +57,8 @@ correction conditions the embedding table ``E (V×D)`` instead: ``C = σ_max(E) 
 token alone. Since ``C_i = E_i · M`` with the ``D×D`` map ``M = σ_max (EᵀE)^{-½}``
 (pseudo-inverse on ``EᵀE``'s null space), the hook adds ``X·M`` to the embedding output ``X``;
 ``M`` comes from an eigendecomposition of the ``D×D`` Gram in float64, whichever ``method``
-is set (no ``V×D`` factorisation is needed). ``tau`` does not apply to the table: the
-conditioning monitor recomputes ``M`` with :func:`vocabulary_map`'s defaults.
+is set (no ``V×D`` factorisation is needed). ``tau`` does not apply to the table. The
+conditioning monitor measures the conditioned table through the entry (``TokenEntry.table``).
 
 The correction is computed in fp32 (the vocabulary map in fp64) outside autocast, then cast
 to the tokens' dtype.
@@ -66,13 +66,15 @@ to the tokens' dtype.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 import torch
+from timm.layers import register_notrace_module
 from torch import Tensor, nn
 
-from .polar import polar_factor
+from .polar import gram_inverse_root, polar_factor
 from .registry import AttentionConfigError, Variant, find_token_entry, register
 from .sites import AttentionSite, Where
 
@@ -109,16 +111,25 @@ def token_correction(
 def vocabulary_map(table: Tensor, nonzero_rtol: float = 1e-12) -> Tensor:
     """``M = σ_max(E) (EᵀE)^{-½}`` for an embedding table ``E (V, D)``: ``(E + E M)`` is
     ``E + σ_max U Vᵀ``. Eigenvalues of the Gram below ``nonzero_rtol · λ_max`` count as zero."""
-    gram = table.double().mT @ table.double()  # (D, D)
-    eig, vec = torch.linalg.eigh(gram)
-    top = eig.max()
-    inv_sqrt = torch.where(eig > nonzero_rtol * top, eig.clamp_min(torch.finfo(eig.dtype).tiny).rsqrt(), 0.0)
-    return top.sqrt() * (vec * inv_sqrt) @ vec.mT  # (D, D)
+    root, top = gram_inverse_root(table, right=True, nonzero_rtol=nonzero_rtol)  # (D, D), ()
+    return top.sqrt() * root  # (D, D)
 
 
+def _autocast_off(device_type: str) -> contextlib.AbstractContextManager:
+    """Autocast disabled on ``device_type``; nothing where autocast does not exist (``meta``)."""
+    if torch.amp.is_autocast_available(device_type):
+        return torch.autocast(device_type, enabled=False)
+    return contextlib.nullcontext()
+
+
+@register_notrace_module  # FX: a per-sample factorisation is opaque to tracing, kept as one call
 class TokenConditioner(nn.Module):
     """``X -> X + C(X)`` on a token matrix ``(B, N, D)`` (or, for a causal decoder,
-    ``X -> X + X·M`` with ``M`` from the embedding table ``table``)."""
+    ``X -> X + X·M`` with ``M`` from the embedding table ``table``).
+
+    Registered as a leaf for ``torch.fx`` (timm's ``register_notrace_module``): timm's and
+    torchvision's FX feature extractors call it as one module instead of tracing the SVD.
+    """
 
     def __init__(
         self,
@@ -136,7 +147,7 @@ class TokenConditioner(nn.Module):
 
     def forward(self, tokens: Tensor) -> Tensor:  # (B, N, D)
         source = tokens.detach() if self.detach else tokens
-        with torch.autocast(tokens.device.type, enabled=False):
+        with _autocast_off(tokens.device.type):
             if self.table is not None:
                 table = self.table.weight.detach() if self.detach else self.table.weight
                 correction = source.double() @ vocabulary_map(table)  # (B, N, D)
@@ -157,6 +168,8 @@ class CondTokens(Variant):
     """Add ``σ_max(X) U diag(φ) Vᵀ`` to each sample's embedded tokens ``X`` (module docstring)."""
 
     name: ClassVar[str] = "cond_tokens"
+    rank: ClassVar[int] = 4
+    writes: ClassVar[dict[str, str]] = {"X": "hook"}
     method: Literal["svd", "polar"] = "svd"
     where: Where = "block"
     tau: float = DEFAULT_TAU

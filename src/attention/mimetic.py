@@ -49,6 +49,8 @@ class Mimetic(Variant):
     @torch.no_grad()
     def modify(self, model: nn.Module, sites: list[AttentionSite]) -> None:
         for site in sites:
+            if site.out.weight.is_meta:  # no values to initialise (timm inspects models on meta)
+                continue
             h, d, dim = site.num_heads, site.head_dim, site.dim
             w_q, w_k = low_rank_factors(mimetic_target(h, dim, dim, self.alpha1, self.beta1), d)  # (H, D, d)
             site.q.raw().copy_(w_q.transpose(1, 2).flatten(0, 1))

@@ -4,6 +4,10 @@
 Both work on batches ``(…, N, D)`` and use only matrix products, so they run on tensor
 cores and need no SVD.
 
+Also the suite's one exact Gram helper (:func:`gram_eigh`, :func:`gram_inverse_root`,
+:func:`gram_polar`): the eigendecomposition of a matrix's Gram in float64, behind ``spectral``'s
+and ``cond_init``'s polar factors, ``cond_tokens``' vocabulary map and the monitor's κ.
+
 The Newton–Schulz step ``y ← f(c·y)`` with ``f(s) = (3s − s³)/2`` maps every singular value
 ``s`` of ``y`` through the same scalar polynomial and keeps the singular vectors. Plain
 Newton–Schulz (``c = 1``) grows small singular values by 1.5× a step, so ``κ = 10³`` needs
@@ -34,6 +38,35 @@ def gram(x: Tensor) -> Tensor:
     return x.mT @ x if d <= n else x @ x.mT
 
 
+def gram_eigh(w: Tensor, right: bool | None = None, vectors: bool = True) -> tuple[Tensor, Tensor | None]:
+    """Eigenvalues (ascending, ``(…, m)``) and, with ``vectors``, eigenvectors (``(…, m, m)``) of the
+    Gram of each matrix of ``w (…, r, c)``, in float64: ``WᵀW`` (``right=True``, ``m = c``) or
+    ``WWᵀ`` (``m = r``); by default the smaller one (``WᵀW`` for a tall ``W``).
+
+    The one place the suite factorises a Gram: :func:`gram_polar` (``spectral``, ``cond_init``),
+    ``cond_tokens``' vocabulary map and the monitor's :func:`~src.conditioning.kappa.kappa_from_gram`.
+    Float64 because the Gram squares κ.
+    """
+    source = w.double()
+    right = source.shape[-2] > source.shape[-1] if right is None else right
+    g = source.mT @ source if right else source @ source.mT  # (…, m, m)
+    if vectors:
+        return torch.linalg.eigh(g)
+    return torch.linalg.eigvalsh(g), None
+
+
+def gram_inverse_root(
+    w: Tensor, right: bool | None = None, nonzero_rtol: float = 1e-12
+) -> tuple[Tensor, Tensor]:
+    """``(G^{-½}, λ_max)`` for the Gram ``G`` of each matrix of ``w`` (sides as in :func:`gram_eigh`),
+    in float64: ``(…, m, m)`` and ``(…)``. Eigenvalues below ``nonzero_rtol · λ_max`` count as zero
+    (a pseudo-inverse root: a rank-deficient ``W`` gets nothing along its null directions)."""
+    eig, vec = gram_eigh(w, right)  # (…, m), (…, m, m); ascending
+    top = eig[..., -1:]
+    inv_sqrt = torch.where(eig > nonzero_rtol * top, eig.clamp_min(torch.finfo(eig.dtype).tiny).rsqrt(), 0.0)
+    return (vec * inv_sqrt[..., None, :]) @ vec.mT, top[..., 0]
+
+
 def gram_polar(w: Tensor, nonzero_rtol: float = 1e-12) -> tuple[Tensor, Tensor]:
     """The exact polar factor ``U Vᵀ`` and ``σ_max`` of each matrix of ``w (…, r, c)``
     (``W = U S Vᵀ``), from the eigendecomposition of its smaller Gram in float64:
@@ -43,13 +76,9 @@ def gram_polar(w: Tensor, nonzero_rtol: float = 1e-12) -> tuple[Tensor, Tensor]:
     factor. Returns ``(polar (…, r, c), σ_max (…))`` in float64.
     """
     source = w.double()
-    wide = source.shape[-2] <= source.shape[-1]
-    g = source @ source.mT if wide else source.mT @ source  # (…, m, m), m = min(r, c)
-    eig, vec = torch.linalg.eigh(g)  # ascending
-    top = eig[..., -1:]
-    inv_sqrt = torch.where(eig > nonzero_rtol * top, eig.clamp_min(torch.finfo(eig.dtype).tiny).rsqrt(), 0.0)
-    root = (vec * inv_sqrt[..., None, :]) @ vec.mT  # Gram^{-1/2}
-    return (root @ source if wide else source @ root), top[..., 0].sqrt()
+    tall = source.shape[-2] > source.shape[-1]
+    root, top = gram_inverse_root(source, right=tall, nonzero_rtol=nonzero_rtol)  # Gram^{-1/2}
+    return (source @ root if tall else root @ source), top.sqrt()
 
 
 def top_singular_value(x: Tensor, iters: int = 24) -> Tensor:

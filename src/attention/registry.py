@@ -141,7 +141,7 @@ def find_sites(model: nn.Module) -> list[AttentionSite]:
     for name, module in model.named_modules():
         if callable(getattr(module, "attention_site", None)):
             sites.append(module.attention_site(name))
-        elif type(module) in ADAPTERS:
+        elif type(module) in ADAPTERS:  # a live dict: every registered family's attention classes
             sites.append(ADAPTERS[type(module)](name, module))
     return sites
 
@@ -166,12 +166,14 @@ def find_token_entry(model: nn.Module, where: Where = "block") -> TokenEntry:
             f"{type(model).__name__}.token_entry() takes no `where`: it names the first layer's input "
             "only; use attn.where=block, or give it token_entry(where) for the embeddings"
         )
-    entry = timm_token_entry(model, where)
+    entry = timm_token_entry(model, where)  # timm's features_only wrappers included
     if entry is None:
+        from .timm_families import supported_models  # the registered families name themselves
+
         raise AttentionConfigError(
-            f"cannot find the {where} token entry of {type(model).__name__}: "
-            "supported are timm's VisionTransformer, SwinTransformer, Xcit and DaVit, and any "
-            "model that defines token_entry(where) -> TokenEntry"
+            f"cannot find the {where} token entry of {type(model).__name__}: supported are "
+            f"{supported_models()} (the families of src/attention/timm_families.py), "
+            "and any model that defines token_entry(where) -> TokenEntry"
         )
     return entry
 

@@ -180,11 +180,37 @@ class TokenEntry:
         of them, a ``(B, N, D) -> (B, N, D)`` map.
 
         ``transform`` should be a module owned by the model (or a bound method of one), so
-        that a deep copy of the model (EMA, for instance) hooks its own copy.
+        that a deep copy of the model (EMA, for instance) hooks its own copy. On a causal entry
+        it must act on each token alone (:meth:`table` relies on it). :meth:`transforms` lists
+        what is registered.
         """
         if self.at == "output":
             return self.module.register_forward_hook(_OutputHook(self, transform))
         return self.module.register_forward_pre_hook(_InputHook(self, transform), with_kwargs=True)
+
+    def transforms(self) -> list[Callable[[Tensor], Tensor]]:
+        """The transforms registered on this entry (:meth:`register`), in the order they run.
+
+        Read from the module's hooks, so a diagnostic sees what a variant did to the tokens
+        without knowing the variant, and a deep copy of the model reports its own copies.
+        """
+        hooks = self.module._forward_hooks if self.at == "output" else self.module._forward_pre_hooks
+        kind = _OutputHook if self.at == "output" else _InputHook
+        return [h.transform for h in hooks.values() if isinstance(h, kind)]
+
+    def table(self) -> Tensor:
+        """A causal entry's embedding table ``(V, D)`` as tokens leave the entry, in float64: every
+        registered transform applied to the table's rows as one ``(1, V, D)`` token matrix.
+
+        A transform on a causal entry acts token by token (it may not mix positions), so row
+        ``i`` of the result is the embedding token ``i`` enters the model with.
+        """
+        if not self.causal:
+            raise ValueError("TokenEntry.table() is defined for a causal entry (an nn.Embedding's output)")
+        rows = self.module.weight.detach().double()[None]  # (1, V, D)
+        for transform in self.transforms():
+            rows = transform(rows)
+        return rows[0]  # (V, D)
 
     def observe(self, keep: Callable[[Tensor], None]) -> torch.utils.hooks.RemovableHandle:
         """Call ``keep`` with the ``(B, N, D)`` tokens the entry passes on (after any correction

@@ -1,4 +1,10 @@
-"""Adapters that describe timm's attention modules and token entries as sites.
+"""Adapters that describe timm's model families as attention sites and token entries.
+
+One :class:`Family` per family, in ``FAMILIES``: its name, its model classes, a site builder per
+attention class, its token entry, and a tiny model for tests. Everything else derives from it:
+``ADAPTERS`` (attention class -> site builder) that ``find_sites`` reads, the model names
+``find_token_entry``'s errors list, ``tests/conftest.py``'s ``TINY_FAMILIES`` and the models
+``tests/timm_upstream`` runs timm's own tests on. A new family is one :func:`register_family`.
 
 Covered: ViT and DeiT (``timm.layers.Attention``), Swin (``WindowAttention``), XCiT (its
 cross-covariance ``XCA`` and the class-attention ``ClassAttn`` of its last blocks), and DaViT
@@ -9,9 +15,11 @@ may compute something else, so it must describe itself through ``attention_site`
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from timm.layers import Attention
-from timm.models import cait, davit, swin_transformer, vision_transformer, xcit
+from timm.models import cait, davit, deit, swin_transformer, vision_transformer, xcit
+from timm.models._features import FeatureDictNet, FeatureGetterNet, FeatureHookNet
 from torch import nn
 
 from .sites import AttentionSite, Layout, Projection, TokenEntry, Where
@@ -33,54 +41,109 @@ def separate_qkv_site(name: str, module: nn.Module, num_heads: int, **where) -> 
 
 
 SiteBuilder = Callable[[str, nn.Module], AttentionSite]
+EntryFinder = Callable[[nn.Module, Where], "TokenEntry | None"]
 
-ADAPTERS: dict[type, SiteBuilder] = {
-    # ViT/DeiT: an optional scale-norm sits between the heads and proj; P enters attn_drop.
-    Attention: lambda n, m: fused_qkv_site(n, m, m.num_heads, head_output=m.norm, probs=m.attn_drop),
-    swin_transformer.WindowAttention: lambda n, m: fused_qkv_site(n, m, m.num_heads, probs=m.attn_drop),
-    xcit.XCA: lambda n, m: fused_qkv_site(n, m, m.num_heads, probs=m.attn_drop, kind="channel"),
-    cait.ClassAttn: lambda n, m: separate_qkv_site(n, m, m.num_heads, probs=m.attn_drop),
-    davit.WindowAttention: lambda n, m: fused_qkv_site(n, m, m.num_heads, probs=m.softmax, probs_at="output"),
-    # DaViT's channel attentions compute softmax inline: P is never visible to a hook.
-    davit.ChannelAttention: lambda n, m: fused_qkv_site(n, m, m.num_heads, kind="channel"),
-    davit.ChannelAttentionV2: lambda n, m: fused_qkv_site(n, m, m.groups, kind="channel"),
-}
+
+@dataclass(frozen=True)
+class Family:
+    """One model family, all the suite needs to know of it.
+
+    Attributes:
+        name: short name (``vit``): the key of ``FAMILIES`` and of the tests' ``TINY_FAMILIES``.
+        models: the model classes whose token entry ``token_entry`` knows (``isinstance``).
+        sites: attention class -> the builder of its :class:`AttentionSite` (exact class).
+        token_entry: ``(model, where) -> TokenEntry`` (``None`` where the family has none). It
+            may receive, instead of the model, a view of timm's flattening ``features_only``
+            wrapper that answers the model's attribute paths (``model.layers[0]``).
+        tiny: builds a tiny model of the family (``3×32×32`` images, 5 classes) for tests.
+        timm_name: a model name in timm's registry, for running timm's own model tests on the
+            family (``tests/timm_upstream``); ``None`` for a family timm does not register.
+    """
+
+    name: str
+    models: tuple[type[nn.Module], ...]
+    sites: dict[type[nn.Module], SiteBuilder]
+    token_entry: EntryFinder
+    tiny: Callable[[], nn.Module]
+    timm_name: str | None = None
+
+
+#: The registered families, by name, in registration order.
+FAMILIES: dict[str, Family] = {}
+#: Attention class -> site builder, over every registered family (kept in step by
+#: :func:`register_family`); ``find_sites`` reads it.
+ADAPTERS: dict[type, SiteBuilder] = {}
+
+
+def register_family(family: Family) -> Family:
+    """Add ``family``: its attention modules become sites and its models get a token entry."""
+    if family.name in FAMILIES:
+        raise ValueError(f"a model family named {family.name!r} is already registered")
+    FAMILIES[family.name] = family
+    _collect_adapters()
+    return family
+
+
+def unregister_family(name: str) -> Family:
+    """Remove the family ``name`` (a test's toy family, for instance) and return it."""
+    family = FAMILIES.pop(name)
+    _collect_adapters()
+    return family
+
+
+def _collect_adapters() -> None:
+    ADAPTERS.clear()
+    for family in FAMILIES.values():
+        for cls, builder in family.sites.items():
+            ADAPTERS.setdefault(cls, builder)
+
+
+def supported_models() -> str:
+    """The model classes with a known token entry, for error messages (``VisionTransformer, …``)."""
+    return ", ".join(dict.fromkeys(cls.__name__ for f in FAMILIES.values() for cls in f.models))
 
 
 def timm_token_entry(model: nn.Module, where: Where = "block") -> TokenEntry | None:
-    """The token entry of a timm model of a covered family (``None`` for any other model).
+    """The token entry of a model of a registered family (``None`` for any other model).
 
-    ``where="block"``: the input of the first transformer layer. ``"embed"``: the output of
-    the patch embedding, before any class token or position embedding joins:
-
-    * ViT/DeiT: ``patch_embed``'s output, ``(B, N, D)`` when it flattens, else in its
-      ``output_fmt`` (NHWC with ``dynamic_img_size``); class/distillation tokens and positions
-      join after it (``_pos_embed``);
-    * Swin: ``patch_embed``'s output (NHWC, after its LayerNorm); no absolute position is
-      added, so this is the very tensor ``layers[0]`` receives;
-    * XCiT: element 0 of ``patch_embed``'s ``(x, (Hp, Wp))``, ``(B, N, D)``; the Fourier
-      position encoding joins after it (the class token only at the class-attention layers);
-    * DaViT: ``stem``'s output (NCHW, after its LayerNorm); the first stage has no
-      downsampling and positions are convolutional inside the blocks, so this is the very
-      tensor ``stages[0].blocks[0]`` receives.
+    timm's ``features_only`` wrappers are seen through: ``FeatureGetterNet`` holds the model
+    (``.model``); ``FeatureListNet``/``FeatureDictNet``/``FeatureHookNet`` hold its top-level
+    modules with its ``Sequential``\\ s flattened (``layers.0`` -> ``layers_0``), and are matched
+    to a family by their attention modules.
     """
-    if isinstance(model, vision_transformer.VisionTransformer):  # DeiT subclasses it
-        if where == "block":
-            return TokenEntry(model.blocks[0], "BND")
-        return _patch_embed_entry(model.patch_embed)
-    if isinstance(model, swin_transformer.SwinTransformer):
-        if where == "block":
-            return TokenEntry(model.layers[0], "BHWC")
-        return _patch_embed_entry(model.patch_embed)
-    if isinstance(model, xcit.Xcit):
-        if where == "block":
-            return TokenEntry(model.blocks[0], "BND")
-        return TokenEntry(model.patch_embed, "BND", at="output")
-    if isinstance(model, davit.DaVit):
-        if where == "block":
-            return TokenEntry(model.stages[0].blocks[0], "BCHW")
-        return TokenEntry(model.stem, "BCHW", at="output")
+    for family in FAMILIES.values():
+        if isinstance(model, family.models):
+            return family.token_entry(model, where)
+    if isinstance(model, FeatureGetterNet):
+        return timm_token_entry(model.model, where)
+    if isinstance(model, (FeatureDictNet, FeatureHookNet)):
+        kinds = {type(m) for m in model.modules()}
+        for family in FAMILIES.values():
+            if kinds & family.sites.keys():
+                return family.token_entry(_Unflattened(model), where)
     return None
+
+
+class _Unflattened:
+    """A flattening ``features_only`` wrapper seen with its model's attribute paths: a child
+    ``layers_0`` answers ``view.layers[0]``; other children answer by their own names."""
+
+    def __init__(self, net: nn.Module) -> None:
+        self._net = net
+
+    def __getattr__(self, name: str) -> nn.Module | list[nn.Module]:
+        children = dict(self._net.named_children())
+        if name in children:
+            return children[name]
+        prefix = f"{name}_"
+        indexed = {
+            int(k[len(prefix) :]): m
+            for k, m in children.items()
+            if k.startswith(prefix) and k[len(prefix) :].isdigit()
+        }
+        if not indexed:
+            raise AttributeError(name)
+        return [indexed[i] for i in sorted(indexed)]
 
 
 def _patch_embed_entry(embed: nn.Module) -> TokenEntry | None:
@@ -91,3 +154,119 @@ def _patch_embed_entry(embed: nn.Module) -> TokenEntry | None:
     fmt = getattr(getattr(embed, "output_fmt", None), "value", "NCHW")
     layout: Layout | None = {"NHWC": "BHWC", "NCHW": "BCHW", "NLC": "BND"}.get(fmt)
     return None if layout is None else TokenEntry(embed, layout, at="output")
+
+
+# -- timm's families ---------------------------------------------------------------------
+# ``where="block"``: the input of the first transformer layer. ``"embed"``: the output of the
+# patch embedding, before any class token or position embedding joins:
+#
+# * ViT/DeiT: ``patch_embed``'s output, ``(B, N, D)`` when it flattens, else in its
+#   ``output_fmt`` (NHWC with ``dynamic_img_size``); class/distillation tokens and positions
+#   join after it (``_pos_embed``);
+# * Swin: ``patch_embed``'s output (NHWC, after its LayerNorm); no absolute position is added,
+#   so this is the very tensor ``layers[0]`` receives;
+# * XCiT: element 0 of ``patch_embed``'s ``(x, (Hp, Wp))``, ``(B, N, D)``; the Fourier position
+#   encoding joins after it (the class token only at the class-attention layers);
+# * DaViT: ``stem``'s output (NCHW, after its LayerNorm); the first stage has no downsampling
+#   and positions are convolutional inside the blocks, so this is the very tensor
+#   ``stages[0].blocks[0]`` receives.
+
+
+def _vit_entry(model: nn.Module, where: Where) -> TokenEntry | None:
+    return TokenEntry(model.blocks[0], "BND") if where == "block" else _patch_embed_entry(model.patch_embed)
+
+
+def _swin_entry(model: nn.Module, where: Where) -> TokenEntry | None:
+    return TokenEntry(model.layers[0], "BHWC") if where == "block" else _patch_embed_entry(model.patch_embed)
+
+
+def _xcit_entry(model: nn.Module, where: Where) -> TokenEntry:
+    if where == "block":
+        return TokenEntry(model.blocks[0], "BND")
+    return TokenEntry(model.patch_embed, "BND", at="output")
+
+
+def _davit_entry(model: nn.Module, where: Where) -> TokenEntry:
+    if where == "block":
+        return TokenEntry(model.stages[0].blocks[0], "BCHW")
+    return TokenEntry(model.stem, "BCHW", at="output")
+
+
+# ViT/DeiT: an optional scale-norm sits between the heads and proj; P enters attn_drop.
+_VIT_SITES: dict[type[nn.Module], SiteBuilder] = {
+    Attention: lambda n, m: fused_qkv_site(n, m, m.num_heads, head_output=m.norm, probs=m.attn_drop),
+}
+_TINY_VIT = dict(img_size=32, patch_size=8, embed_dim=48, depth=2, num_heads=3, num_classes=5)
+
+register_family(
+    Family(
+        "vit",
+        (vision_transformer.VisionTransformer,),
+        _VIT_SITES,
+        _vit_entry,
+        lambda: vision_transformer.VisionTransformer(**_TINY_VIT),
+        "vit_tiny_patch16_224",
+    )
+)
+register_family(
+    Family(
+        "deit",
+        (deit.VisionTransformerDistilled,),
+        _VIT_SITES,
+        _vit_entry,
+        lambda: deit.VisionTransformerDistilled(**_TINY_VIT),
+        "deit_tiny_patch16_224",
+    )
+)
+register_family(
+    Family(
+        "swin",
+        (swin_transformer.SwinTransformer,),
+        {swin_transformer.WindowAttention: lambda n, m: fused_qkv_site(n, m, m.num_heads, probs=m.attn_drop)},
+        _swin_entry,
+        lambda: swin_transformer.SwinTransformer(
+            img_size=32,
+            patch_size=4,
+            window_size=4,
+            embed_dim=24,
+            depths=(2, 2),
+            num_heads=(2, 4),
+            num_classes=5,
+        ),
+        "swin_tiny_patch4_window7_224",
+    )
+)
+register_family(
+    Family(
+        "xcit",
+        (xcit.Xcit,),
+        {
+            xcit.XCA: lambda n, m: fused_qkv_site(n, m, m.num_heads, probs=m.attn_drop, kind="channel"),
+            cait.ClassAttn: lambda n, m: separate_qkv_site(n, m, m.num_heads, probs=m.attn_drop),
+        },
+        _xcit_entry,
+        lambda: xcit.Xcit(
+            img_size=32, patch_size=8, embed_dim=48, depth=2, num_heads=4, cls_attn_layers=1, num_classes=5
+        ),
+        "xcit_nano_12_p16_224",
+    )
+)
+register_family(
+    Family(
+        "davit",
+        (davit.DaVit,),
+        {
+            davit.WindowAttention: lambda n, m: fused_qkv_site(
+                n, m, m.num_heads, probs=m.softmax, probs_at="output"
+            ),
+            # DaViT's channel attentions compute softmax inline: P is never visible to a hook.
+            davit.ChannelAttention: lambda n, m: fused_qkv_site(n, m, m.num_heads, kind="channel"),
+            davit.ChannelAttentionV2: lambda n, m: fused_qkv_site(n, m, m.groups, kind="channel"),
+        },
+        _davit_entry,
+        lambda: davit.DaVit(
+            depths=(1, 1), embed_dims=(16, 32), num_heads=(2, 4), window_size=2, num_classes=5
+        ),
+        "davit_tiny",
+    )
+)

@@ -12,6 +12,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from src.attention.polar import gram_eigh
+
 #: The relative threshold METHODS.md suggests for "non-zero" singular values.
 DEFAULT_NONZERO_RTOL = 1e-7
 
@@ -42,7 +44,6 @@ def kappa_from_gram(m: Tensor, nonzero_rtol: float | None = None) -> Tensor:
     for ``κ`` up to about ``10⁷`` (the monitor's weights and tables stay far below that; use
     :func:`kappa` for anything closer to singular). The non-zero rule applies to ``σ``.
     """
-    m = m.detach().double()
     tall = m.shape[-2] >= m.shape[-1]
-    eig = torch.linalg.eigvalsh(m.mT @ m if tall else m @ m.mT).clamp_min(0)  # (…, min(r, c)): σ²
-    return kappa_of_values(eig, None if nonzero_rtol is None else nonzero_rtol**2).sqrt()
+    eig, _ = gram_eigh(m.detach(), right=tall, vectors=False)  # (…, min(r, c)): σ²
+    return kappa_of_values(eig.clamp_min(0), None if nonzero_rtol is None else nonzero_rtol**2).sqrt()

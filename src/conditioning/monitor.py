@@ -42,7 +42,6 @@ import torch
 from torch import Tensor, nn
 
 from src.attention import AttentionConfigError, AttentionSite, find_sites, find_token_entry
-from src.attention.cond_tokens import vocabulary_map
 
 from .jacobian import jacobian_bound
 from .kappa import kappa, kappa_from_gram
@@ -79,13 +78,10 @@ class ConditioningMonitor:
         return self._summarise(values)
 
     def _table_kappa(self) -> Tensor:
-        """κ of the embedding table a causal entry draws tokens from, ``cond_tokens``' correction
-        included, from the eigenvalues of its ``D×D`` Gram (no ``V×D`` factorisation)."""
-        table = self.entry.module.weight.detach().double()  # (V, D)
-        conditioner = getattr(self.model, "token_conditioner", None)
-        if conditioner is not None and conditioner.table is self.entry.module:
-            table = table + table @ vocabulary_map(table)
-        return kappa_from_gram(table, self.nonzero_rtol)
+        """κ of the embedding table a causal entry draws tokens from, with whatever the entry's
+        registered transforms (``cond_tokens``' correction) do to it (:meth:`TokenEntry.table`),
+        from the eigenvalues of its ``D×D`` Gram (no ``V×D`` factorisation)."""
+        return kappa_from_gram(self.entry.table(), self.nonzero_rtol)  # table (V, D)
 
     @torch.no_grad()
     def __call__(self, *args: Any, **kwargs: Any) -> dict[str, float]:

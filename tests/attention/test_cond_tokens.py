@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import real_looking_tokens, tiny_model
+from conftest import TINY_FAMILIES, real_looking_tokens, tiny_model
 from timm.models import vision_transformer
 
 from src import attention
@@ -337,3 +337,42 @@ def test_the_monitor_reads_the_conditioned_table_of_a_causal_entry():
 def test_a_causal_entry_is_the_embedding_output():
     with pytest.raises(ValueError, match="at='output'"):
         attention.TokenEntry(torch.nn.Embedding(4, 2), causal=True)
+
+
+# -- timm's features_only wrappers and the meta device ---------------------------------------
+
+
+@pytest.mark.parametrize("flattened", [False, True])
+@pytest.mark.parametrize("family", TINY_FAMILIES)
+def test_features_only_wrappers_are_seen_through(family, flattened):
+    """timm's ``features_only`` nets (``FeatureGetterNet`` holding the model; ``FeatureListNet``
+    with the model's top-level Sequentials flattened, as Swin and DaViT get) have the model's
+    token entries, so cond_tokens applies to them."""
+    from timm.models._features import FeatureGetterNet, FeatureListNet
+
+    model = tiny_model(family).eval()
+    try:
+        wrapper = (
+            FeatureListNet(model, out_indices=(0, 1), flatten_sequential=True)
+            if flattened
+            else FeatureGetterNet(model, out_indices=(0, 1))
+        )
+    except AssertionError:  # the feature modules are not top-level or one Sequential deep
+        pytest.skip(f"timm cannot flatten {family} into a FeatureListNet")
+    for where in ("block", "embed"):
+        expected = attention.find_token_entry(model, where)
+        found = attention.find_token_entry(wrapper, where)
+        assert (found.module, found.layout, found.at) == (expected.module, expected.layout, expected.at)
+    images = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        before = wrapper(images)[-1].clone()
+        after = attention.apply(wrapper, "cond_tokens")(images)[-1]
+    assert not torch.allclose(before, after)
+
+
+def test_cond_tokens_runs_on_the_meta_device():
+    """No autocast exists on ``meta``: timm's config tests build models there."""
+    with torch.device("meta"):
+        model = attention.apply(tiny_model("vit"), "cond_tokens")
+        out = model(torch.randn(2, 3, 32, 32))
+    assert out.shape == (2, 5) and out.is_meta

@@ -43,3 +43,29 @@ def test_kappa_from_the_gram_equals_kappa_from_the_svd():
         torch.testing.assert_close(kappa_from_gram(m), kappa(m), rtol=1e-6, atol=0)
     rank_two = torch.diag(torch.tensor([4.0, 2.0, 0.0]))
     assert kappa_from_gram(rank_two, nonzero_rtol=1e-7).item() == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize("shape", [(3, 12, 4), (3, 4, 12), (5, 5)])
+def test_one_gram_helper_serves_polar_factor_vocabulary_map_and_kappa(shape):
+    """``gram_inverse_root`` is ``(WᵀW)^{-½}`` (or ``(WWᵀ)^{-½}``) from the SVD; ``gram_polar``,
+    ``cond_tokens``' vocabulary map and ``kappa_from_gram`` built on it give ``U Vᵀ``,
+    ``σ_max (EᵀE)^{-½}`` and κ."""
+    from src.attention.cond_tokens import vocabulary_map
+    from src.attention.polar import gram_inverse_root, gram_polar
+
+    torch.manual_seed(0)
+    w = torch.randn(*shape, dtype=torch.float64)
+    u, s, vh = torch.linalg.svd(w, full_matrices=False)
+    right, _ = gram_inverse_root(w, right=True)
+    left, top = gram_inverse_root(w, right=False)
+    if shape[-2] >= shape[-1]:  # WᵀW has full rank
+        torch.testing.assert_close(right, vh.mT @ torch.diag_embed(1 / s) @ vh)
+    if shape[-2] <= shape[-1]:  # WWᵀ has full rank
+        torch.testing.assert_close(left, u @ torch.diag_embed(1 / s) @ u.mT)
+    torch.testing.assert_close(top, s[..., 0] ** 2)
+    polar, sigma = gram_polar(w)
+    torch.testing.assert_close(polar, u @ vh)
+    torch.testing.assert_close(sigma, s[..., 0])
+    torch.testing.assert_close(kappa_from_gram(w), s[..., 0] / s[..., -1])
+    if w.dim() == 2 and shape[0] >= shape[1]:
+        torch.testing.assert_close(w + w @ vocabulary_map(w), u @ torch.diag(s + s[0]) @ vh)
