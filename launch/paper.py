@@ -121,7 +121,7 @@ P4_EPOCHS_TO_TARGET = {
 
 
 def lookup(task: str, backbone: str, variant: str, metric: str) -> PaperNumber | None:
-    """The paper's number for this cell, if METHODS.md has one."""
+    """The paper's number for this cell, if the paper reports one (docs/methods.md#papers-numbers)."""
     for n in PAPER:
         if (n.task, n.backbone, n.variant, n.metric) == (task, backbone, variant, metric):
             return n

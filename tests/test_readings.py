@@ -67,4 +67,4 @@ def test_the_warning_names_the_variant_and_its_option_and_stays_quiet_otherwise(
     message = collapse_warning({"entropy/P/median": 0.004}, [spectral], 0.05)
     assert "0.004" in message and "attn.lam=10" in message
     assert collapse_warning({"entropy/P/median": 0.3}, [spectral], 0.05) is None
-    assert collapse_warning({"kappa/X/median": 3.0}, [spectral], 0.05) is None  # no P in the row (channel attention shows none)
+    assert collapse_warning({"kappa/X/median": 3.0}, [spectral], 0.05) is None  # no P in the row

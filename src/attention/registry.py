@@ -1,6 +1,6 @@
 """The variant registry and ``apply``: one function that conditions any supported model.
 
-A variant is a dataclass whose fields are its options (the knobs METHODS.md names) and
+A variant is a dataclass whose fields are its options (docs/methods.md#variants) and
 whose ``modify`` method changes a model at the sites it finds. ``@register`` adds it to
 ``VARIANTS`` under its ``name``; adding a variant touches its own module and the import
 list in ``src/attention/__init__.py``, nothing else.

@@ -3,7 +3,7 @@
 A variant never looks at a model class. It acts on
 
 * :class:`AttentionSite` -- one multi-head attention module described in the terms of
-  ``METHODS.md``: the number of heads ``H`` and head size ``d``, where ``W_Q``, ``W_K``,
+  docs/methods.md#notation: the number of heads ``H`` and head size ``d``, where ``W_Q``, ``W_K``,
   ``W_V`` and ``W_O`` live, which module receives the concatenated head output (the place
   ``precond`` scales it), and which module sees the attention probabilities ``P`` when the
   module runs its explicit (non-fused) path (the place the conditioning monitor reads them);
@@ -19,7 +19,7 @@ suite's own models implement the interface directly, in two methods:
 * a model defines ``token_entry(self, where="block") -> TokenEntry`` (``where`` is
   ``"block"`` or ``"embed"``).
 
-Convention: ``nn.Linear`` stores ``weight`` as ``(out, in)``; METHODS.md writes ``x W`` with
+Convention: ``nn.Linear`` stores ``weight`` as ``(out, in)``; docs/methods.md#notation writes ``x W`` with
 ``W`` of shape ``(D, d)``. A projection's rows ``[start, start + H*d)`` are therefore
 ``[W^(1) ... W^(H)]ᵀ``, head ``h`` owning rows ``start + h*d ... start + (h+1)*d - 1``.
 """
@@ -64,7 +64,7 @@ class Projection:
         return self.linear.weight[self.rows]
 
     def heads(self, num_heads: int) -> Tensor:
-        """Effective per-head matrices in METHODS.md's convention, ``(H, D, d)``."""
+        """Effective per-head matrices in the convention of docs/methods.md#notation, ``(H, D, d)``."""
         w = self.weight()  # (H*d, D)
         return w.unflatten(0, (num_heads, -1)).transpose(1, 2)
 

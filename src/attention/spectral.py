@@ -10,8 +10,9 @@ laid on a fused ``qkv`` weight (``3D×D``, as timm's ViT has it) as one rectangu
 adds ``lam·I_{D×D}`` to each block (the literal per-projection reading). Default ``q``: the
 literal ``qkv`` with ``lam=10`` makes every token attend only to itself at init (ViT-Ti:
 median attention entropy 0.000, κ(P) = 1 because P = I), which cannot give P2's reported
-gains; the collapse needs both Q and K shifted (METHODS.md: on digits, 1000 steps, Q only
-trains to .94–.96 against .96–.98 for ``standard``; Q and K to .35–.44).
+gains; the collapse needs both Q and K shifted (docs/methods.md#readings-of-spectral: on
+digits, 1000 steps, Q only trains to .94–.96 against .96–.98 for ``standard``; Q and K to
+.35–.44).
 
 Two corrections, option ``mode``:
 
@@ -28,10 +29,10 @@ Two corrections, option ``mode``:
   matrix, at a fraction of the cost). [reading] ``detach`` (default true):
   ``C`` is treated as a constant of the step, so the gradient reaches ``W`` unchanged.
 
-Note (METHODS.md): with LayerNorm'd inputs ``lam = 10`` on both Q and K scales the logits
-by about 100; ``lam`` and ``targets`` are sweep axes (``conf/reading/spectral_*.yaml``). The
-svd mode's literal form is ``targets=qkv`` too; its shift keeps the weights' scale (``S`` →
-``S + σ_max``), so it does not collapse attention.
+Note (docs/methods.md#readings-of-spectral): with LayerNorm'd inputs ``lam = 10`` on both Q and K
+scales the logits by about 100; ``lam`` and ``targets`` are sweep axes
+(``conf/reading/spectral_*.yaml``). The svd mode's literal form is ``targets=qkv`` too; its shift
+keeps the weights' scale (``S`` → ``S + σ_max``), so it does not collapse attention.
 
 Implementation: ``torch.nn.utils.parametrize`` on the projection's ``weight``; the trained
 parameter becomes ``<linear>.parametrizations.weight.original`` (load pretrained weights

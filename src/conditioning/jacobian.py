@@ -1,7 +1,7 @@
 """The Jacobian of one attention head with respect to its weights, and the bound on its κ.
 
 One head: ``P = softmax(s · X W_Q W_Kᵀ Xᵀ)`` row-wise, ``A = P X W_V`` with ``X (N, D)``,
-``W_* (D, d)``. METHODS.md states (for ``s = 1``; the scale multiplies the Q and K blocks)
+``W_* (D, d)``. docs/methods.md#jacobian-bound states (for ``s = 1``; the scale multiplies the Q and K blocks)
 
 * ``∂A/∂W_Q = (W_Vᵀ Xᵀ ⊗ I_N) Λ(P) (X W_K ⊗ X)``
 * ``∂A/∂W_K = (W_Vᵀ Xᵀ ⊗ I_N) Λ(P) (X ⊗ X W_Q) T``
@@ -37,7 +37,7 @@ def attention_probs(x: Tensor, w_q: Tensor, w_k: Tensor, scale: float = 1.0) -> 
 
 
 def vec(m: Tensor) -> Tensor:
-    """Column-stacking ``vec`` of a matrix (METHODS.md's convention)."""
+    """Column-stacking ``vec`` of a matrix (docs/methods.md#jacobian-bound)."""
     return m.mT.reshape(-1)
 
 
@@ -74,7 +74,7 @@ def commutation(rows: int, cols: int, dtype: torch.dtype = torch.float64) -> Ten
 
 
 def kronecker_jacobian(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor, scale: float = 1.0) -> Tensor:
-    """``J`` from METHODS.md's closed-form Kronecker expressions, ``(N·d, 3·D·d)``."""
+    """``J`` from the closed-form (docs/methods.md#jacobian-bound) Kronecker expressions, ``(N·d, 3·D·d)``."""
     n, d = x.shape[0], w_q.shape[1]
     p = attention_probs(x, w_q, w_k, scale)
     left = torch.kron(w_v.mT @ x.mT, torch.eye(n, dtype=x.dtype)) @ softmax_jacobian(p)  # (N·d, N²)

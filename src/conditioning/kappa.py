@@ -1,8 +1,9 @@
 """Condition numbers: ``κ(M) = σ_max(M) / σ_min(M)``, batched, with the non-zero rule.
 
-[reading] A singular matrix (``Λ(P)``, whose rows sum to zero) has ``κ = ∞``; METHODS.md
-takes κ over the non-zero singular values instead, those above ``nonzero_rtol · σ_max``.
-Callers pass the threshold and report it (the monitor names it in its keys' docs).
+[reading] A singular matrix (``Λ(P)``, whose rows sum to zero) has ``κ = ∞``;
+docs/methods.md#condition-numbers takes κ over the non-zero singular values instead, those above
+``nonzero_rtol · σ_max``. Callers pass the threshold and report it (the monitor names it in its
+keys' docs).
 Singular values are computed in float64: the diagnostics are small and their smallest
 singular values are what matters.
 """
@@ -14,7 +15,7 @@ from torch import Tensor
 
 from src.attention.polar import gram_eigh
 
-#: The relative threshold METHODS.md suggests for "non-zero" singular values.
+#: The relative threshold docs/methods.md#condition-numbers uses for "non-zero" singular values.
 DEFAULT_NONZERO_RTOL = 1e-7
 
 
@@ -31,7 +32,7 @@ def kappa(m: Tensor, nonzero_rtol: float | None = None) -> Tensor:
     """``κ`` of each matrix of ``m (…, r, c)``, shape ``(…)``, over its ``min(r, c)`` singular values.
 
     With ``nonzero_rtol``, ``σ_min`` is the smallest singular value above
-    ``nonzero_rtol · σ_max`` (the non-zero rule of METHODS.md); without it a singular matrix
+    ``nonzero_rtol · σ_max`` (docs/methods.md#condition-numbers); without it a singular matrix
     gives ``inf``.
     """
     return kappa_of_values(torch.linalg.svdvals(m.detach().double()), nonzero_rtol)

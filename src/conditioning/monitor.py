@@ -29,7 +29,7 @@ Keys: ``kappa/<q>/median`` and ``kappa/<q>/max`` over the whole model, and with
 ``per_layer`` ``kappa/<q>/<site name>`` (the median over that module's heads and samples);
 ``entropy/P/…`` and ``bound/…`` likewise. With ``nonzero_rtol`` every κ
 is taken over the singular values above ``nonzero_rtol · σ_max``; the bound always uses
-the non-zero rule for ``Λ(P)`` (METHODS.md's threshold, ``1e-7``).
+the non-zero rule for ``Λ(P)`` (docs/methods.md#condition-numbers, ``1e-7``).
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ Two models of sparse modular addition whose every layer lives in a plane:
 
 How the attention variants meet the reference model (the suite's attention interface,
 :mod:`src.attention.sites`): P5's layer is one head, ``H = 1``, ``d = D``, whose logits are
-``q · x̂_j / √D``. In METHODS.md's terms its ``W_K`` is the identity (the keys are the normed
-tokens) and it has no output projection; both are described by fixed, untrained identity
+``q · x̂_j / √D``. In the terms of docs/methods.md#notation its ``W_K`` is the identity (the
+keys are the normed tokens) and it has no output projection; both are described by fixed, untrained identity
 ``nn.Linear`` layers (``key``, ``proj``), so the computation is P5's exactly, and
 ``W_Q`` is the learned query itself, a ``1 × D`` ``nn.Linear`` weight. Hence:
 

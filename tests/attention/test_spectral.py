@@ -104,8 +104,9 @@ def test_detached_svd_correction_has_the_gradient_of_a_constant_one(images, deta
 
 
 def test_large_lam_on_query_and_key_saturates_the_softmax_and_the_default_does_not(images):
-    """METHODS.md's warning, measured: lam = 10 on Q and K collapses attention entropy; on Q alone
-    (the default reading) the logits grow by about lam, not lam², and the softmax stays open."""
+    """The warning of docs/methods.md#readings-of-spectral, measured: lam = 10 on Q and K
+    collapses attention entropy; on Q alone (the default reading) the logits grow by about lam,
+    not lam², and the softmax stays open."""
     entropy = {}
     for lam, targets in ((0.5, "qkv"), (10.0, "qkv"), (10.0, "q")):
         model = attention.apply(tiny_model("vit"), "spectral", lam=lam, targets=targets)

@@ -1,4 +1,5 @@
-"""The attention Jacobian: autograd against METHODS.md's Kronecker expressions, and the bound."""
+"""The attention Jacobian: autograd against the Kronecker expressions of
+docs/methods.md#jacobian-bound, and the bound."""
 
 from __future__ import annotations
 
