@@ -10,42 +10,30 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
-from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, Mixup, create_transform
 from timm.loss import LabelSmoothingCrossEntropy, SoftTargetCrossEntropy
 from torch import Tensor, nn
 from torch.utils.data import Dataset, TensorDataset
 
+from src.engine.task import ClassificationTask
 from src.errors import DataError
 
 
-class ImageClassification:
+class ImageClassification(ClassificationTask):
     """A timm backbone, cross-entropy (soft targets under mixup/cutmix), top-1 accuracy."""
-
-    metric_mode = "max"
 
     def __init__(
         self,
-        name: str,
-        input: str,
         img_size: int,
         in_chans: int,
         num_classes: int,
-        batch_size: int,
-        eval_batch_size: int,
-        metric: str = "val/acc",
         label_smoothing: float = 0.0,
         mixup: dict[str, Any] | DictConfig | None = None,
+        **common: Any,
     ) -> None:
-        self.name, self.input, self.img_size, self.in_chans = name, input, img_size, in_chans
-        self.num_classes, self.batch_size, self.eval_batch_size, self.metric = (
-            num_classes,
-            batch_size,
-            eval_batch_size,
-            metric,
-        )
+        super().__init__(**common)
+        self.img_size, self.in_chans, self.num_classes = img_size, in_chans, num_classes
         mixup = OmegaConf.to_container(mixup) if isinstance(mixup, DictConfig) else mixup
         self.mixup = (
             Mixup(**mixup, label_smoothing=label_smoothing, num_classes=num_classes) if mixup else None
@@ -57,32 +45,17 @@ class ImageClassification:
         else:
             self.criterion = nn.CrossEntropyLoss()
 
-    def datasets(self, data_dir: Path) -> tuple[Dataset, Dataset]:
-        raise NotImplementedError
-
-    def build_model(self, backbone: DictConfig) -> nn.Module:
-        return instantiate(backbone.model, _convert_="all")
+    def logits(self, model: nn.Module, batch: tuple[Tensor, Tensor]) -> Tensor:
+        return mean_logits(model(batch[0]))
 
     def train_loss(self, model: nn.Module, batch: tuple[Tensor, Tensor]) -> Tensor:
         images, labels = batch
         if self.mixup is not None:
             images, labels = self.mixup(images, labels)
-        return self.criterion(logits(model(images)), labels)
-
-    def eval_sums(self, model: nn.Module, batch: tuple[Tensor, Tensor]) -> dict[str, tuple[Tensor, int]]:
-        images, labels = batch
-        out = logits(model(images)).float()
-        n = labels.numel()
-        return {
-            "val/loss": (F.cross_entropy(out, labels, reduction="sum"), n),
-            "val/acc": ((out.argmax(-1) == labels).sum(), n),
-        }
-
-    def model_inputs(self, batch: tuple[Tensor, Tensor]) -> tuple[Tensor]:
-        return (batch[0],)
+        return self.criterion(mean_logits(model(images)), labels)
 
 
-def logits(output: Tensor | tuple[Tensor, ...]) -> Tensor:
+def mean_logits(output: Tensor | tuple[Tensor, ...]) -> Tensor:
     """A distilled DeiT returns (class, distillation) logits in training: average them."""
     return sum(output) / len(output) if isinstance(output, tuple) else output
 

@@ -9,7 +9,7 @@ read from disk: the data is generated, a few kilobytes.
 
 The task trains a sandbox backbone (:mod:`src.models.sandbox`, ``kind: modadd``) with
 cross-entropy and reports ``val/acc`` and ``val/loss`` on the test set. Through the loop's
-optional hooks it also
+hooks (:class:`src.engine.task.Task`) it also
 
 * after every backward pass (:meth:`after_backward`): feeds the step's loss to a
   :class:`~src.sandbox.spikes.SpikeDetector`; logs, every ``grad_every`` steps, the largest
@@ -28,12 +28,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
-from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 from torch.utils.data import Dataset, TensorDataset
 
+from src.engine.task import ClassificationTask
 from src.errors import ConfigError
 from src.sandbox.snapshot import Snapshot, take_snapshot
 from src.sandbox.spikes import SpikeDetector, grad_norms, norm_jacobian_max
@@ -72,34 +71,27 @@ DEFAULT_SANDBOX = {
 }
 
 
-class SparseModularAddition:
+class SparseModularAddition(ClassificationTask):
     """P5's sparse modular addition on a sandbox backbone; see the module docstring."""
-
-    metric_mode = "max"
 
     def __init__(
         self,
-        name: str,
-        input: str,
         p: int,
         seq_len: int,
         k: int,
         train_size: int,
         test_size: int,
-        batch_size: int,
-        eval_batch_size: int,
         data_seed: int = 0,
-        metric: str = "val/acc",
         sandbox: dict[str, Any] | DictConfig | None = None,
+        **common: Any,
     ) -> None:
         if p < 2 or not 1 <= k <= seq_len:
             raise ConfigError(
                 f"task=modadd needs p ≥ 2 and 1 ≤ k ≤ seq_len, got p={p}, k={k}, seq_len={seq_len}"
             )
-        self.name, self.input, self.metric = name, input, metric
+        super().__init__(**common)
         self.p, self.seq_len, self.k = p, seq_len, k
         self.train_size, self.test_size, self.data_seed = train_size, test_size, data_seed
-        self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
         options = OmegaConf.to_container(sandbox) if isinstance(sandbox, DictConfig) else dict(sandbox or {})
         unknown = sorted(set(options) - set(DEFAULT_SANDBOX))
         if unknown:
@@ -124,26 +116,11 @@ class SparseModularAddition:
         self._probe = tuple(t[: self.sandbox["probe_size"]] for t in test)
         return Sequences(*train), Sequences(*test)
 
-    def build_model(self, backbone: DictConfig) -> nn.Module:
-        return instantiate(backbone.model, _convert_="all")
-
     def train_loss(self, model: nn.Module, batch: tuple[Tensor, Tensor]) -> Tensor:
         self._last_batch = batch  # for the norms' Jacobian in after_backward
-        x, y = batch
-        return F.cross_entropy(model(x), y)
+        return super().train_loss(model, batch)
 
-    def eval_sums(self, model: nn.Module, batch: tuple[Tensor, Tensor]) -> dict[str, tuple[Tensor, int]]:
-        x, y = batch
-        logits = model(x).float()
-        return {
-            "val/loss": (F.cross_entropy(logits, y, reduction="sum"), y.numel()),
-            "val/acc": ((logits.argmax(-1) == y).sum(), y.numel()),
-        }
-
-    def model_inputs(self, batch: tuple[Tensor, Tensor]) -> tuple[Tensor]:
-        return (batch[0],)
-
-    # -- the loop's optional hooks -----------------------------------------------------------
+    # -- the loop's hooks --------------------------------------------------------------------
 
     def after_backward(self, model: nn.Module, step: int, loss: float) -> dict[str, float] | None:
         """Spike detection every step; gradient norms and the norms' Jacobian when worth a row.

@@ -1,17 +1,20 @@
-"""One run from a composed config: check it, open the run folder's record (:mod:`.session`),
-build task, model, variant, optimizer, schedule and loop from their groups, train, and write the
-summary. A failure is appended to ``failures.jsonl``; ``summary.json`` says ``failed`` only when
-this session trained or the record had no summary (a completed record is never rewritten by a
-session that did not train).
+"""One run from a composed config, as a short pipeline: check the config, take the processes,
+open the run folder's record (:mod:`.session`), build the task, let it train
+(:meth:`src.engine.task.Task.fit`: the shared loop of :func:`fit_shared`, or detection's
+mmengine Runner), and write the summary. Every task's rows, summary, failures and W&B run go
+through one :class:`src.engine.recorder.Recorder`. A failure is appended to ``failures.jsonl``;
+``summary.json`` says ``failed`` only when this session trained or the record had no summary
+(a completed record is never rewritten by a session that did not train).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
 import time
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +31,11 @@ from .identity import git_revision
 from .numerics import flush_denormals
 from .optim import build_optimizer, build_scheduler
 from .record import RunRecord
+from .recorder import Recorder
 from .schema import check_values
 from .seeding import seed_everything
 from .session import RunSession, Session
-from .tracking import WandbLogger
+from .task import Run, Task
 from .trainer import Trainer
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
@@ -43,64 +47,61 @@ def train(cfg: DictConfig, run_dir: Path | str) -> dict[str, Any]:
     check_values(cfg)
     check_compatible(cfg)
     attention.config.complete(cfg.attn)  # a composition: its parts checked, all their options recorded
+    with processes(cfg) as dist:
+        record = RunRecord(Path(run_dir), enabled=dist.main)
+        with RunSession(record, cfg, dist) as session:
+            if session.kind == "complete":
+                return already_complete(session)
+            return train_session(cfg, session, dist)
+
+
+@contextlib.contextmanager
+def processes(cfg: DictConfig) -> Iterator[Dist]:
+    """The run's processes (one, or DDP's), its CPU threads and denormal flushing, all restored
+    after the run."""
     dist = Dist.setup(cfg.trainer.device)
     threads = torch.get_num_threads()
     flushed = flush_denormals(bool(cfg.trainer.get("flush_denormal")) and dist.device.type == "cpu")
     try:
-        with RunSession(RunRecord(Path(run_dir), enabled=dist.main), cfg, dist) as session:
-            if session.kind == "complete":
-                summary = session.opening.summary or {}
-                log.info(
-                    "%s is already complete (%s steps): nothing to train; trainer.resume=restart trains "
-                    "it again (the record moves to superseded/)",
-                    session.record.dir,
-                    summary.get("steps"),
-                )
-                return summary
-            return train_session(cfg, session, dist)
+        if cfg.trainer.get("threads"):  # tiny models run fastest on one CPU thread
+            torch.set_num_threads(cfg.trainer.threads)
+        yield dist
     finally:
         dist.close()
         torch.set_num_threads(threads)
         flush_denormals(flushed)
 
 
-@dataclass
-class Attempt:
-    """What a session has opened so far: its W&B run (finished whatever happens) and its
-    trainer (whose step the failure record names)."""
-
-    wandb: WandbLogger | None = None
-    trainer: Trainer | None = None
+def already_complete(session: Session) -> dict[str, Any]:
+    """A complete record's summary, left as it is."""
+    summary = session.opening.summary or {}
+    log.info(
+        "%s is already complete (%s steps): nothing to train; trainer.resume=restart trains "
+        "it again (the record moves to superseded/)",
+        session.record.dir,
+        summary.get("steps"),
+    )
+    return summary
 
 
 def train_session(cfg: DictConfig, session: Session, dist: Dist) -> dict[str, Any]:
-    """The session's training, with its failure recorded (see the module docstring)."""
-    attempt = Attempt()
+    """Build the task and let it train; the summary, or the failure recorded (module docstring)."""
+    recorder = Recorder(session, cfg)
     try:
-        if cfg.trainer.get("threads"):  # tiny models run fastest on one CPU thread
-            torch.set_num_threads(cfg.trainer.threads)
-        task = instantiate(cfg.task)
-        seed_everything(cfg.seed)
-        if callable(getattr(task, "run", None)):  # a task with its own loop (detection: mmengine's Runner)
-            summary = own_loop(cfg, task, session, dist, attempt)
-        else:
-            summary = shared_loop(cfg, task, session, dist, attempt)
-        session.record.write_summary(summary)
-        if attempt.wandb is not None:
-            attempt.wandb.finish(wandb_summary(summary))
-        return summary
+        with recorder:  # closes the W&B run whatever happens
+            task = instantiate(cfg.task)
+            seed_everything(cfg.seed)
+            reached = task.fit(Run(cfg, session, dist, recorder))
+            return recorder.finish(completed_summary(cfg, task, session, dist, reached))
     except Exception as error:
-        record_failure(cfg, session, attempt.trainer, error)
+        record_failure(cfg, session, recorder.steps(), error)
         raise
-    finally:
-        if attempt.wandb is not None:
-            attempt.wandb.finish()  # a no-op once finished with the summary
 
 
-def own_loop(cfg: DictConfig, task, session: Session, dist: Dist, attempt: Attempt) -> dict[str, Any]:
-    """Train a task that brings its own loop; the summary of what it reached."""
-    attempt.wandb = open_wandb(cfg, session, dist)
-    reached = task.run(cfg, session, dist, attempt.wandb)
+def completed_summary(
+    cfg: DictConfig, task: Task, session: Session, dist: Dist, reached: dict[str, Any]
+) -> dict[str, Any]:
+    """``summary.json`` of a session that trained to the end: what the run was, what it reached."""
     return {
         **run_identity(cfg, task),
         **reached,
@@ -111,8 +112,9 @@ def own_loop(cfg: DictConfig, task, session: Session, dist: Dist, attempt: Attem
     }
 
 
-def shared_loop(cfg: DictConfig, task, session: Session, dist: Dist, attempt: Attempt) -> dict[str, Any]:
-    """Build model, variant, optimizer, schedule and the shared loop, train; the summary."""
+def fit_shared(task: Task, run: Run) -> dict[str, Any]:
+    """Build model, variant, optimizer, schedule and the shared loop, train; what it reached."""
+    cfg, dist = run.cfg, run.dist
     datasets = task.datasets(Path(cfg.paths.data_dir))
     model = task.build_model(cfg.backbone)
     attention.apply(model, attention.config.complete(cfg.attn))
@@ -126,25 +128,24 @@ def shared_loop(cfg: DictConfig, task, session: Session, dist: Dist, attempt: At
     scheduler = build_scheduler(cfg.sched, optimizer, total_steps, steps_per_epoch)
     ema = ModelEmaV3(model, decay=cfg.trainer.ema) if cfg.trainer.ema else None
 
-    attempt.wandb = open_wandb(cfg, session, dist)
-    trainer = attempt.trainer = Trainer(
+    run.recorder.start()
+    trainer = Trainer(
         trainer_cfg,
         task,
         model,
         optimizer,
         scheduler,
         datasets,
-        session,
+        run.session,
         dist,
         seed=cfg.seed,
         total_steps=total_steps,
-        wandb=attempt.wandb,
+        recorder=run.recorder,
         ema=ema,
     )
     started = time.monotonic()
     state = trainer.fit()
     return {
-        **run_identity(cfg, task),
         "steps": state.step,
         "final": state.last_val or trainer.evaluate(trainer.model),
         "best": state.best,
@@ -153,37 +154,15 @@ def shared_loop(cfg: DictConfig, task, session: Session, dist: Dist, attempt: At
         "session_s": time.monotonic() - started,
         "steps_per_epoch": steps_per_epoch,
         "params": sum(p.numel() for p in model.parameters()),
-        "world_size": dist.world,
         "device": str(dist.device),
-        "sessions": session.sessions(state.step),
-        "git": git_revision(),
-        "status": "completed",
     }
 
 
-def open_wandb(cfg: DictConfig, session: Session, dist: Dist) -> WandbLogger | None:
-    """The record's W&B run (``logger=wandb``, main process), continued where the record was."""
-    if cfg.logger.name != "wandb" or not dist.main:
-        return None
-    return WandbLogger(
-        cfg.logger,
-        session.record.dir,
-        OmegaConf.to_container(cfg, resolve=True),
-        run_id=session.opening.wandb_id,
-        logged_through=session.opening.logged_through,
-    )
-
-
-def wandb_summary(summary: dict[str, Any]) -> dict[str, Any]:
-    """What the W&B run's summary gets: the final metrics and which way the main one is better."""
-    return {**{f"final/{k}": v for k, v in summary["final"].items()}, "metric_mode": summary["metric_mode"]}
-
-
-def record_failure(cfg: DictConfig, session: Session, trainer: Trainer | None, error: Exception) -> None:
-    """Append the failure to ``failures.jsonl``; write it into ``summary.json`` only when this
-    session trained or there was no summary. Best effort: a full disk must not hide ``error``."""
+def record_failure(cfg: DictConfig, session: Session, steps: int, error: Exception) -> None:
+    """Append the failure, at ``steps``, to ``failures.jsonl``; write it into ``summary.json`` only
+    when this session trained or there was no summary. Best effort: a full disk must not hide
+    ``error``."""
     record = session.record
-    steps = trainer.state.step if trainer is not None and record.touched else recorded_steps(record)
     message = message_of(error).strip()
     line = f"{type(error).__name__}: {message.splitlines()[0] if message else ''}"
     record.add_failure(
@@ -202,14 +181,6 @@ def record_failure(cfg: DictConfig, session: Session, trainer: Trainer | None, e
             record.write_summary(failure_summary(cfg, steps, line))
     except Exception:  # noqa: BLE001  the error the user must see is the one being raised
         pass
-
-
-def recorded_steps(record: RunRecord) -> int:
-    """How far the record got: its last logged step (0 when it has none or cannot be read)."""
-    try:
-        return record.last_logged_step() or 0
-    except Exception:  # noqa: BLE001
-        return 0
 
 
 def run_identity(cfg: DictConfig, task) -> dict[str, Any]:

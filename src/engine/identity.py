@@ -67,6 +67,9 @@ NO_BEARING = (
 )
 CHANGES_BITS = ("trainer.threads", "trainer.device", "trainer.compile", "trainer.flush_denormal")
 EXCLUDED = NO_BEARING + CHANGES_BITS
+#: Classes that moved: a record made before the move names the old path in its ``_target_``; the
+#: identity compares the new one, so that the record still resumes and groups with new runs.
+MOVED_TARGETS = {"tasks.lra.schedule.RsqrtLRScheduler": "src.engine.schedule.RsqrtLRScheduler"}
 ABSENT = type("Absent", (), {"__repr__": lambda self: "null"})()  # a key one side lacks (or sets null)
 
 
@@ -79,6 +82,9 @@ class Identity:
     """The identity of a run: ``config`` (the resolved config minus :data:`EXCLUDED`) and its hash."""
 
     config: dict[str, Any]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "config", _moved(self.config))
 
     @property
     def hash(self) -> str:
@@ -124,6 +130,15 @@ class Identity:
             f"Rerun with trainer.resume=restart to move that record to {Path(where) / 'superseded'}/<n>/ "
             "and start over, or give this run its own folder (another override or paths.output_dir)"
         )
+
+
+def _moved(tree: Any) -> Any:
+    """``tree`` with each moved class's old ``_target_`` replaced by its new one."""
+    if isinstance(tree, dict):
+        return {k: MOVED_TARGETS.get(v, v) if k == "_target_" else _moved(v) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [_moved(v) for v in tree]
+    return tree
 
 
 def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:

@@ -1,67 +1,166 @@
-"""What the shared loop needs from a task: data, a model, a loss, and evaluation sums.
+"""The base of every task: what the shared loop needs from a task, and its hooks.
 
-A task owns its data and its metric, not the loop. It is built from the ``task`` config
-group (``_target_``) and never sees the trainer; the loop calls these methods only.
+A task owns its data and its metric, not the loop. It is built from the ``task`` config group
+(``_target_``) and never sees the trainer; the loop calls only the methods below, every one of
+which :class:`Task` defines, so that the loop calls them directly and a task overrides the ones
+it needs (the way Lightning's hooks work). The hooks get the bare model (not its DDP or compiled
+wrapper) and must not draw from the global RNGs.
 
-Optional, looked up with ``getattr``: ``collate_fn``; ``derived_metrics(means) -> dict``,
-metrics computed from the reduced means (perplexity from the mean loss), added to them;
-``tokens_per_sample`` (int), with which the loop logs ``tokens_per_s`` beside ``throughput``;
-``after_backward(model, step, loss) -> dict | None``, called after backward and clipping,
-before ``optimizer.step()`` (gradients in ``.grad``; ``step`` counts from 1, ``loss`` is the
-step's mean), whose metrics the loop logs at ``step`` (split ``train``);
-``after_validation(model, step, run_dir, final)``, called on the main process after each
-validation is logged (``final`` at the last step), for what a task writes into the run
-folder; ``state_dict()`` / ``load_state_dict(state)``, the task's own state, carried by the
-checkpoint so that a resumed run logs what an uninterrupted one does. The hooks get the
-bare model (not its DDP or compiled wrapper) and must not draw from the global RNGs.
+What a task must give: :meth:`Task.datasets`, :meth:`Task.train_loss`, :meth:`Task.eval_sums`,
+:meth:`Task.model_inputs` (:class:`ClassificationTask` gives the last three for a model that
+returns class logits). What it may change, each a no-op by default: :meth:`Task.collate_fn`,
+:meth:`Task.derived_metrics`, :attr:`Task.tokens_per_sample`, :meth:`Task.after_backward`,
+:meth:`Task.after_validation`, :meth:`Task.state_dict` / :meth:`Task.load_state_dict`.
 
-A task that brings its own loop (detection trains in mmengine's Runner) defines
-``run(cfg, session, dist, wandb) -> dict`` instead of the data and loss methods: ``train`` calls
-it after the compatibility check, the opening of the record (:class:`src.engine.session.Session`:
-``session.record``, its identity, what a checkpoint carries) and seeding, and writes what it
-returns (``steps``, ``final``, ``best``, ``wall_s``, …; the record's rows and
-``checkpoints/last.pt`` are its to write) into ``summary.json`` beside the keys every run has
-(task, backbone, attn, seed, metric, status, sessions).
+:meth:`Task.fit` trains: by default in the shared loop (:func:`src.engine.experiment.fit_shared`);
+detection overrides it to train in mmengine's Runner. Either way the record is opened, its rows
+written (:class:`src.engine.recorder.Recorder`) and its summary and failures written by the same
+code (:func:`src.engine.experiment.train`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import torch
+import torch.nn.functional as F
+from hydra.utils import instantiate
 from omegaconf import DictConfig
-from torch import nn
-from torch.utils.data import Dataset
+from torch import Tensor, nn
+from torch.utils.data import Dataset, default_collate
+
+if TYPE_CHECKING:
+    from .distributed import Dist
+    from .recorder import Recorder
+    from .session import Session
 
 
-class Task(Protocol):
-    name: str
-    metric: str  # the main metric, a key of evaluate()'s result, e.g. "val/acc"
-    metric_mode: str  # "max" or "min"
-    batch_size: int  # per process
-    eval_batch_size: int
+@dataclass
+class Run:
+    """What :meth:`Task.fit` gets: the composed config, this session at the run folder (its record,
+    identity and what checkpoints carry), the processes, and where the rows go."""
+
+    cfg: DictConfig
+    session: Session
+    dist: Dist
+    recorder: Recorder
+
+
+class Task:
+    """A task of the suite; see the module docstring.
+
+    Args (every task's config has them):
+        name: the task's name (``task.name``).
+        input: the kind of input its backbones take (``image``, ``sequence``, …).
+        batch_size, eval_batch_size: per process.
+        metric: the main metric, a key of the evaluation's result (default: the class's).
+    """
+
+    metric: str = "val/acc"  # the main metric, e.g. "val/acc"
+    metric_mode: str = "max"  # "max" or "min"
+
+    def __init__(
+        self, name: str, input: str, batch_size: int, eval_batch_size: int, metric: str | None = None
+    ) -> None:
+        self.name, self.input = name, input
+        self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
+        if metric is not None:
+            self.metric = metric
+
+    # -- what the shared loop needs ----------------------------------------------------------
 
     def datasets(self, data_dir: Path) -> tuple[Dataset, Dataset]:
         """``(train, val)`` read from their official layout under ``data_dir``."""
-        ...
+        raise NotImplementedError(f"{type(self).__name__} does not read data for the shared loop")
 
     def build_model(self, backbone: DictConfig) -> nn.Module:
-        """The model for this task from the ``backbone`` config group."""
-        ...
+        """The model for this task from the ``backbone`` config group (default: its ``model``)."""
+        return instantiate(backbone.model, _convert_="all")
 
-    def train_loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
+    def train_loss(self, model: nn.Module, batch: Any) -> Tensor:
         """The scalar training loss of one batch (already on the device)."""
-        ...
+        raise NotImplementedError(f"{type(self).__name__} has no training loss for the shared loop")
 
-    def eval_sums(self, model: nn.Module, batch: Any) -> dict[str, torch.Tensor]:
+    def eval_sums(self, model: nn.Module, batch: Any) -> dict[str, tuple[Tensor, int]]:
         """Sums over the batch, each ``(total, count)``; the loop adds them over batches and
         processes and reports ``total / count`` under the key (``val/loss``, ``val/acc``)."""
-        ...
+        raise NotImplementedError(f"{type(self).__name__} has no evaluation for the shared loop")
 
     def model_inputs(self, batch: Any) -> tuple:
         """The positional inputs of ``model`` in a batch (for the conditioning monitor)."""
-        ...
+        raise NotImplementedError(f"{type(self).__name__} does not say what its model takes")
+
+    # -- hooks: no-ops unless a task needs them ----------------------------------------------
+
+    def collate_fn(self, items: list) -> Any:
+        """Samples into a batch (default: torch's ``default_collate``; LRA pads sequences)."""
+        return default_collate(items)
+
+    def derived_metrics(self, means: dict[str, float]) -> dict[str, float]:
+        """Metrics computed from the reduced means (perplexity from the mean loss), added to them."""
+        return {}
+
+    @property
+    def tokens_per_sample(self) -> int | None:
+        """Tokens per sample, with which the loop logs ``tokens_per_s`` beside ``throughput``."""
+        return None
+
+    def after_backward(self, model: nn.Module, step: int, loss: float) -> dict[str, float] | None:
+        """Called after backward and clipping, before ``optimizer.step()`` (gradients in ``.grad``;
+        ``step`` counts from 1, ``loss`` is the step's mean); the metrics it returns are logged at
+        ``step`` (split ``train``)."""
+        return None
+
+    def after_validation(self, model: nn.Module, step: int, run_dir: Path, final: bool) -> None:
+        """Called on the main process after each validation is logged (``final`` at the last
+        step), for what a task writes into the run folder."""
+
+    def state_dict(self) -> dict[str, Any] | None:
+        """The task's own state, carried by the checkpoint so that a resumed run logs what an
+        uninterrupted one does (None: it has none)."""
+        return None
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""
+
+    # -- training ----------------------------------------------------------------------------
+
+    def fit(self, run: Run) -> dict[str, Any]:
+        """Train; what the run reached (``steps``, ``final``, ``best``, ``wall_s``, …), which
+        ``summary.json`` gets beside the keys every run has. Default: the shared loop."""
+        from .experiment import fit_shared  # the shared loop builds on this module
+
+        return fit_shared(self, run)
+
+
+def classification_sums(logits: Tensor, labels: Tensor) -> dict[str, tuple[Tensor, int]]:
+    """``val/loss`` (summed cross-entropy) and ``val/acc`` (correct predictions) of a batch's
+    class logits ``(B, C)``, each with the batch's count; computed in float32."""
+    out, n = logits.float(), labels.numel()
+    return {
+        "val/loss": (F.cross_entropy(out, labels, reduction="sum"), n),
+        "val/acc": ((out.argmax(-1) == labels).sum(), n),
+    }
+
+
+class ClassificationTask(Task):
+    """A task whose batches are ``(inputs…, labels)`` and whose model returns class logits:
+    cross-entropy to train, ``val/loss`` and ``val/acc`` to evaluate."""
+
+    def model_inputs(self, batch: tuple) -> tuple:
+        return tuple(batch[:-1])
+
+    def logits(self, model: nn.Module, batch: tuple) -> Tensor:
+        """The model's class logits ``(B, C)`` for a batch."""
+        return model(*self.model_inputs(batch))
+
+    def train_loss(self, model: nn.Module, batch: tuple) -> Tensor:
+        return F.cross_entropy(self.logits(model, batch), batch[-1])
+
+    def eval_sums(self, model: nn.Module, batch: tuple) -> dict[str, tuple[Tensor, int]]:
+        return classification_sums(self.logits(model, batch), batch[-1])
 
 
 def to_device(batch: Any, device: torch.device) -> Any:

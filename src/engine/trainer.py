@@ -25,9 +25,9 @@ from . import checkpoint
 from .data import BatchStream, Position, eval_loader
 from .distributed import Dist
 from .progress import make_progress
+from .recorder import Recorder, kept_best
 from .session import Session
 from .task import Task, to_device
-from .tracking import WandbLogger
 
 log = logging.getLogger(__name__)
 
@@ -68,14 +68,15 @@ class Trainer:
         dist: Dist,
         seed: int,
         total_steps: int,
-        wandb: WandbLogger | None = None,
+        recorder: Recorder,
         ema: nn.Module | None = None,
     ) -> None:
         self.cfg, self.task, self.raw_model = cfg, task, model
         self.optimizer, self.scheduler, self.session, self.dist = optimizer, scheduler, session, dist
-        self.record = session.record
+        self.record, self.recorder = session.record, recorder
+        recorder.loop_step = lambda: self.state.step  # how far a failed session got
         self.train_set, self.val_set = datasets
-        self.seed, self.total_steps, self.wandb, self.ema = seed, total_steps, wandb, ema
+        self.seed, self.total_steps, self.ema = seed, total_steps, ema
         self.model = model
         if dist.world > 1:
             self.model = DistributedDataParallel(
@@ -90,9 +91,6 @@ class Trainer:
         )
         self.state = LoopState()
         self.saved_step: int | None = None  # the step of the newest checkpoint
-        # The task's optional hooks (see src/engine/task.py), looked up once.
-        self.after_backward = getattr(task, "after_backward", None)
-        self.after_validation = getattr(task, "after_validation", None)
         self._hook_metrics: dict[str, float] | None = None
 
     # -- the loop ------------------------------------------------------------------------
@@ -145,7 +143,7 @@ class Trainer:
             rank=self.dist.rank,
             world=self.dist.world,
             num_workers=self.cfg.num_workers,
-            collate_fn=getattr(self.task, "collate_fn", None),
+            collate_fn=self.task.collate_fn,
             position=self.state.position,
         )
 
@@ -166,8 +164,7 @@ class Trainer:
             return self._non_finite(mean)
         if cfg.clip_grad:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip_grad)
-        if self.after_backward is not None:
-            self._hook_metrics = self.after_backward(self.raw_model, self.state.step + 1, mean)
+        self._hook_metrics = self.task.after_backward(self.raw_model, self.state.step + 1, mean)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step_update(self.state.step + 1)
@@ -233,7 +230,7 @@ class Trainer:
             self.task.eval_batch_size,
             self.dist.rank,
             self.dist.world,
-            collate_fn=getattr(self.task, "collate_fn", None),
+            collate_fn=self.task.collate_fn,
         )
         was_training, sums = model.training, {}
         model.eval()
@@ -254,22 +251,20 @@ class Trainer:
         keys = sorted(sums)
         reduced = self.dist.all_sum(torch.stack([sums[k] for k in keys])) if keys else []
         means = {key: (t / c).item() for key, (t, c) in zip(keys, reduced, strict=True)}
-        derive = getattr(self.task, "derived_metrics", None)  # optional: metrics of the means (perplexity)
-        if derive is not None and means:
-            means.update(derive(means))
+        if means:
+            means.update(self.task.derived_metrics(means))
         return {key.replace("val/", f"{prefix}/", 1): value for key, value in means.items()}
 
     def _validate(self) -> None:
         metrics = self.evaluate(self.model)
         if self.ema is not None:
             metrics.update(self.evaluate(self.ema.module, prefix="val_ema"))
-        metric, mode = self.task.metric, self.task.metric_mode
-        if is_better(metrics.get(metric), self.state.best.get(metric), mode):
-            self.state.best = {**metrics, "step": self.state.step}
-        self.state.last_val = metrics
+        state = self.state
+        state.best = kept_best(state.best, metrics, state.step, self.task.metric, self.task.metric_mode)
+        state.last_val = metrics
         self._log("val", metrics)
-        if self.after_validation is not None and self.dist.main:
-            self.after_validation(
+        if self.dist.main:
+            self.task.after_validation(
                 self.raw_model, self.state.step, self.record.dir, final=self.state.step == self.total_steps
             )
 
@@ -292,7 +287,7 @@ class Trainer:
                 self.task.eval_batch_size,
                 0,
                 1,
-                collate_fn=getattr(self.task, "collate_fn", None),
+                collate_fn=self.task.collate_fn,
             )
             self._monitor_batch = to_device(next(iter(loader)), self.dist.device)
         with self.autocast:
@@ -301,7 +296,7 @@ class Trainer:
     def _log_train(self, throughput: float) -> dict[str, float]:
         state = self.state
         stats = {"lr": self.optimizer.param_groups[0]["lr"], "throughput": throughput}
-        tokens = getattr(self.task, "tokens_per_sample", None)  # optional: sequence tasks
+        tokens = self.task.tokens_per_sample
         if tokens:
             stats["tokens_per_s"] = throughput * tokens
         if state.window_steps:
@@ -311,10 +306,7 @@ class Trainer:
         return {"loss": stats.get("train/loss", math.nan), "samples/s": throughput}
 
     def _log(self, split: str, metrics: dict[str, float]) -> None:
-        if self.dist.main:
-            self.record.log(self.state.step, split, metrics)
-            if self.wandb is not None:
-                self.wandb.log(metrics, step=self.state.step)
+        self.recorder.log(self.state.step, split, metrics)
 
     # -- checkpoints ---------------------------------------------------------------------
 
@@ -333,7 +325,7 @@ class Trainer:
                 "ema": self.ema.state_dict() if self.ema is not None else None,
                 "loop": dataclasses.asdict(state),  # position becomes {"epoch", "batch"}
                 "rng": checkpoint.rng_state(),
-                "task": self.task.state_dict() if hasattr(self.task, "state_dict") else None,
+                "task": self.task.state_dict(),
                 "record": self.session.checkpoint_meta(state.step),
             },
             self.record.checkpoint,
@@ -366,18 +358,9 @@ class Trainer:
         self.state = LoopState(**{**loop, "position": Position(**loop["position"])})
         self.saved_step = self.state.step
         checkpoint.set_rng_state(saved["rng"])
-        if saved.get("task") is not None and hasattr(self.task, "load_state_dict"):
+        if saved.get("task") is not None:
             self.task.load_state_dict(saved["task"])
         self.record.continue_after(self.state.step)
-
-
-def is_better(value: float | None, best: float | None, mode: str) -> bool:
-    """Whether ``value`` beats ``best`` (``mode`` max or min); a NaN or missing value never does."""
-    if value is None or not math.isfinite(value):
-        return False
-    if best is None or not math.isfinite(best):
-        return True
-    return value > best if mode == "max" else value < best
 
 
 def mismatch_summary(error: RuntimeError) -> str:

@@ -1,7 +1,8 @@
-"""The suite's run record, written from inside mmengine's Runner by one hook.
+"""The run record's rows, written from inside mmengine's Runner by one hook.
 
-:class:`SuiteRecordHook` writes ``metrics.jsonl`` as the shared loop does (``step`` is
-mmengine's iteration, one batch per process):
+:class:`SuiteRecordHook` logs through the run's :class:`src.engine.recorder.Recorder`, as the
+shared loop does (the same ``metrics.jsonl`` and W&B run; ``step`` is mmengine's iteration,
+one batch per process):
 
 * ``split: train`` every ``log_every`` iterations: the window's mean of each loss the
   detector returns (``train/loss``, ``train/loss_rpn_cls``, …, ``train/loss_mask``),
@@ -48,9 +49,7 @@ from mmengine.model import is_model_wrapper
 
 from src.conditioning import ConditioningMonitor
 from src.engine.record import read_metrics
-from src.engine.session import Session
-from src.engine.tracking import WandbLogger
-from src.engine.trainer import is_better
+from src.engine.recorder import Recorder, kept_best
 
 
 class SuiteRecordHook(Hook):
@@ -60,17 +59,16 @@ class SuiteRecordHook(Hook):
 
     def __init__(
         self,
-        session: Session,
+        recorder: Recorder,
         metric: str,
         metric_mode: str,
         required: Sequence[str],
         log_every: int,
         monitor_every: int,
         images_per_iter: int,
-        wandb: WandbLogger | None = None,
         resume_from: Path | None = None,
     ) -> None:
-        self.session, self.record, self.wandb = session, session.record, wandb
+        self.recorder, self.session, self.record = recorder, recorder.session, recorder.record
         self.resume_from = resume_from  # the checkpoint mmengine resumes from (for messages)
         self.metric, self.metric_mode = metric, metric_mode
         self.required = list(dict.fromkeys([metric, *required]))  # in every validation row
@@ -112,7 +110,7 @@ class SuiteRecordHook(Hook):
         if step % self.log_every == 0 or step == runner.max_iters:
             self._log_train(runner, step)
         if self.monitor_every and step % self.monitor_every == 0 and self.record.enabled:
-            self._log(step, "monitor", self._monitor(runner))
+            self.recorder.log(step, "monitor", self._monitor(runner))
         self._link_checkpoint(runner)
 
     def after_train_epoch(self, runner) -> None:
@@ -125,7 +123,7 @@ class SuiteRecordHook(Hook):
         elapsed = max(time.monotonic() - self.window_start, 1e-9)
         means = {f"train/{k}": v / self.window_iters for k, v in self.window.items()}
         lr = runner.optim_wrapper.get_lr()["lr"][0]
-        self._log(
+        self.recorder.log(
             step,
             "train",
             {**means, "lr": lr, "throughput": self.window_iters * self.images_per_iter / elapsed},
@@ -144,7 +142,7 @@ class SuiteRecordHook(Hook):
         if missing:  # mmdet's COCO metric returns nothing when no box was predicted: that is AP 0
             values.update(dict.fromkeys(missing, 0.0))
         self._keep_val(runner.iter, values)
-        self._log(runner.iter, "val", values)
+        self.recorder.log(runner.iter, "val", values)
 
     def after_val(self, runner) -> None:
         if self._val_rng is not None:
@@ -153,8 +151,7 @@ class SuiteRecordHook(Hook):
 
     def _keep_val(self, step: int, values: dict[str, float]) -> None:
         self.last_val = values
-        if is_better(values.get(self.metric), self.best.get(self.metric), self.metric_mode):
-            self.best = {**values, "step": step}
+        self.best = kept_best(self.best, values, step, self.metric, self.metric_mode)
 
     # -- the monitor ---------------------------------------------------------------------------
 
@@ -213,11 +210,6 @@ class SuiteRecordHook(Hook):
         tmp.symlink_to(os.path.relpath(target, link.parent.resolve()))
         os.replace(tmp, link)
         self.linked = str(target)
-
-    def _log(self, step: int, split: str, metrics: dict[str, float]) -> None:
-        self.record.log(step, split, metrics)
-        if self.wandb is not None:
-            self.wandb.log(metrics, step=step)
 
 
 class PlainHistoryBuffer(HistoryBuffer):

@@ -15,7 +15,6 @@ tests write the same pictures under COCO's own 80 categories (a fixture in the o
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import json
 import math
 from collections.abc import Sequence
@@ -26,9 +25,12 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageDraw
 
+from src.engine.generated import ensure_generated, read_marker
+
 CLASSES = ("square", "circle", "triangle")
 SPLITS = {"train": "train2017", "val": "val2017"}
 CIRCLE_VERTICES = 32
+MARKER = "generator.json"  # the spec of a generated set, written last
 
 
 @dataclass(frozen=True)
@@ -175,26 +177,21 @@ def write_coco_shapes(
 
 
 def ensure_coco_shapes(root: Path, spec: ShapesSpec) -> None:
-    """Generate the set into ``root`` unless it holds one made with ``spec`` (one process at a time)."""
-    root.mkdir(parents=True, exist_ok=True)
-    if generated_with(root) == spec:
-        return
-    with open(root / ".generating.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # a concurrent run waits, then finds the files
-        if generated_with(root) != spec:
-            write_coco_shapes(root, spec)
+    """The set of ``spec`` under ``root``, generated unless it is there; its spec is kept in
+    ``generator.json`` and another spec generates it again (:mod:`src.engine.generated`)."""
+    annotations = [root / "annotations" / f"instances_{folder}.json" for folder in SPLITS.values()]
+
+    def damage(saved: dict) -> str | None:
+        missing = [str(p.relative_to(root)) for p in annotations if not p.is_file()]
+        return f"missing {', '.join(missing)}" if missing else None
+
+    ensure_generated(root / MARKER, dataclasses.asdict(spec), lambda: write_coco_shapes(root, spec), damage)
 
 
 def generated_with(root: Path) -> ShapesSpec | None:
-    """The spec both splits under ``root`` were generated with, or None."""
-    specs = set()
-    for folder in SPLITS.values():
-        path = root / "annotations" / f"instances_{folder}.json"
-        if not path.is_file():
-            return None
-        try:
-            info = json.loads(path.read_text()).get("info", {})
-            specs.add(ShapesSpec(**info["generator"]))
-        except (ValueError, KeyError, TypeError):
-            return None
-    return specs.pop() if len(specs) == 1 else None
+    """The spec the set under ``root`` was generated with, or None."""
+    saved = read_marker(root / MARKER)
+    try:
+        return ShapesSpec(**saved) if saved is not None else None
+    except TypeError:  # a marker of other options
+        return None

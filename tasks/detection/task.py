@@ -1,9 +1,10 @@
 """COCO instance segmentation with Mask R-CNN, trained by mmengine's Runner.
 
-The shared loop does not fit mmdetection: the task implements ``run`` (see
-:mod:`src.engine.task`), which builds the mmdet config from the Hydra config
-(:mod:`.config`), hands it to mmengine's ``Runner`` and returns what the run reached; the
-hook of :mod:`.record` writes the suite's record on the way.
+The shared loop does not fit mmdetection: the task overrides :meth:`src.engine.task.Task.fit`,
+which builds the mmdet config from the Hydra config (:mod:`.config`), hands it to mmengine's
+``Runner`` and returns what the run reached; the hook of :mod:`.record` writes the record's
+rows on the way, through the run's :class:`src.engine.recorder.Recorder` as the shared loop
+does, and the pipeline (:func:`src.engine.experiment.train`) writes its summary and failures.
 
 Data: COCO 2017 in its official layout, ``${paths.data_dir}/<folder>/annotations/
 instances_{train,val}2017.json`` and ``<folder>/{train,val}2017/<image>``; COCO shapes
@@ -20,6 +21,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from src.engine.task import Run, Task
 from src.errors import ConfigError, DataError
 
 from .shapes import CLASSES as SHAPE_CLASSES
@@ -54,12 +56,12 @@ def require_detection_stack() -> None:
         raise ConfigError(f"{INSTALL_HINT} ({type(e).__name__}: {e})") from e
 
 
-class CocoInstanceSegmentation:
+class CocoInstanceSegmentation(Task):
     """Mask R-CNN + FPN on a registered backbone (``conf/backbone/*_det.yaml``), COCO box and
     mask AP from pycocotools. ``metric`` (``coco/bbox_mAP``) is the main one; ``coco/segm_mAP``
     is the other number of the papers' table (``metrics``)."""
 
-    metric_mode = "max"
+    metric = "coco/bbox_mAP"
     metrics = ("coco/bbox_mAP", "coco/segm_mAP")
 
     def __init__(
@@ -69,7 +71,7 @@ class CocoInstanceSegmentation:
         folder: str = "coco",
         classes: Sequence[str] | str | None = None,
         splits: Mapping[str, str] | None = None,
-        metric: str = "coco/bbox_mAP",
+        metric: str | None = None,
         batch_size: int = 2,
         eval_batch_size: int = 1,
         schedule: str = "3x",
@@ -80,9 +82,8 @@ class CocoInstanceSegmentation:
         min_size: int = 32,
         detector: Mapping[str, Any] | None = None,
     ) -> None:
-        self.name, self.input, self.folder, self.metric = name, input, folder, metric
-        self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
-        self.schedule, self.augment, self.img_scale = schedule, augment, tuple(img_scale)
+        super().__init__(name, input, batch_size, eval_batch_size, metric)
+        self.folder, self.schedule, self.augment, self.img_scale = folder, schedule, augment, tuple(img_scale)
         self.warmup_iters, self.warmup_ratio, self.min_size = warmup_iters, warmup_ratio, min_size
         self.splits = dict(_plain(splits) or {"train": "train2017", "val": "val2017"})
         if isinstance(classes, str) and classes != FROM_FILE:
@@ -139,7 +140,7 @@ class CocoInstanceSegmentation:
                 raise DataError(f"{wanted} lists no categories (task.classes=from_file)")
         return root
 
-    def run(self, cfg: DictConfig, session, dist, wandb=None) -> dict[str, Any]:
+    def fit(self, run: Run) -> dict[str, Any]:
         """Train and validate with mmengine's Runner; what the run reached, for ``summary.json``."""
         require_detection_stack()
         from mmengine.runner import Runner
@@ -150,7 +151,8 @@ class CocoInstanceSegmentation:
         from .config import build_config
         from .record import SuiteRecordHook
 
-        record = session.record
+        cfg, dist, record = run.cfg, run.dist, run.session.record
+        run.recorder.start()
         root = self.prepare_data(Path(cfg.paths.data_dir)).resolve()
         work_dir = (record.dir / "mmdet").resolve()
         resume_from = latest_checkpoint(record.checkpoint, work_dir)
@@ -163,14 +165,13 @@ class CocoInstanceSegmentation:
             work_dir.mkdir(parents=True, exist_ok=True)
             mm.dump(str(work_dir / "config.py"))
         hook = SuiteRecordHook(
-            session,
+            run.recorder,
             self.metric,
             self.metric_mode,
             self.metrics,
             log_every=cfg.trainer.log_every,
             monitor_every=cfg.trainer.monitor_every or 0,
             images_per_iter=self.batch_size * dist.world,
-            wandb=wandb,
             resume_from=resume_from,
         )
         started = time.monotonic()

@@ -3,11 +3,11 @@
 A split is stored as ``<split>.bin`` (raw ``uint16`` ids, ``uint32`` for vocabularies above
 65,535) beside ``<split>.json``, which records what was tokenised and how (the tokenizer's
 fingerprint, the source files' names and sizes, the separator, the token count). A later run
-finds a matching ``.json`` and memory-maps the ``.bin``; anything that differs triggers a
-rebuild. Concurrent runs (the processes of a DDP run, the runs of a multirun) take an
-exclusive ``flock`` on ``<split>.lock`` first: one tokenises, the others wait and then read its
-cache (the lock dies with its process, so a killed run leaves none behind). Both files are
-written under a temporary name and renamed, the ``.json`` last.
+finds a matching ``.json`` and memory-maps the ``.bin``; anything that differs, or a ``.bin`` of
+the wrong size, triggers a rebuild. Concurrent runs (the processes of a DDP run, the runs of a
+multirun) take an exclusive ``flock`` on ``<split>.lock``: one tokenises, the others wait and
+then read its cache (:func:`src.engine.generated.ensure_generated`). Both files are written
+under a temporary name and renamed, the ``.json`` last.
 
 Documents are joined in order, each followed by the tokenizer's ``<|endoftext|>`` when
 ``separate`` (GPT-2's convention; TinyStories' stories), or joined as they come (WikiText's
@@ -16,12 +16,8 @@ rows are consecutive lines of its articles).
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import json
 import os
-import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +25,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
+from src.engine.generated import ensure_generated
 from src.errors import ConfigError
 
 from .tokenizer import EOT, TextTokenizer
@@ -69,48 +66,27 @@ def cached_tokens(
         "source": source,
         "dtype": dtype.name,
     }
-    base.parent.mkdir(parents=True, exist_ok=True)
-    with file_lock(base.with_suffix(".lock")):
-        return _cached_tokens(base, batches, tokenizer, separate, meta)
+    bin_path = base.with_suffix(".bin")
 
+    def damage(saved: dict) -> str | None:  # the same data, but the array is missing or has the wrong size
+        expected = saved.get("tokens", -1) * dtype.itemsize
+        if bin_path.is_file() and bin_path.stat().st_size == expected:
+            return None
+        found = bin_path.stat().st_size if bin_path.is_file() else "no"
+        return f"token cache {bin_path} is damaged ({found} bytes where {expected} were written)"
 
-def _cached_tokens(base: Path, batches, tokenizer: TextTokenizer, separate: bool, meta: dict) -> np.ndarray:
-    dtype = np.dtype(meta["dtype"])
-    bin_path, meta_path = base.with_suffix(".bin"), base.with_suffix(".json")
-    if meta_path.is_file():
-        saved = json.loads(meta_path.read_text())
-        tokens = saved.pop("tokens", -1)
-        if saved == meta and bin_path.is_file() and bin_path.stat().st_size == tokens * dtype.itemsize:
-            return _open(bin_path, dtype, tokens)
-        if saved == meta:  # the same data, but the array is missing or has the wrong size
-            found = bin_path.stat().st_size if bin_path.is_file() else "no"
-            warnings.warn(
-                f"token cache {bin_path} is damaged ({found} bytes where {tokens * dtype.itemsize} were "
-                "written); tokenising again",
-                stacklevel=2,
-            )
-    suffix = f".{os.getpid()}.partial"
-    partial_bin, partial_meta = Path(f"{bin_path}{suffix}"), Path(f"{meta_path}{suffix}")
-    tokens = 0
-    with open(partial_bin, "wb") as f:
-        for chunk in encode_documents(batches(), tokenizer, separate):
-            chunk.tofile(f)
-            tokens += chunk.size
-    partial_meta.write_text(json.dumps({**meta, "tokens": tokens}, indent=1))
-    partial_bin.replace(bin_path)
-    partial_meta.replace(meta_path)
-    return _open(bin_path, dtype, tokens)
+    def tokenise() -> dict[str, int]:
+        partial = Path(f"{bin_path}.{os.getpid()}.partial")
+        tokens = 0
+        with open(partial, "wb") as f:
+            for chunk in encode_documents(batches(), tokenizer, separate):
+                chunk.tofile(f)
+                tokens += chunk.size
+        partial.replace(bin_path)
+        return {"tokens": tokens}
 
-
-@contextlib.contextmanager
-def file_lock(path: Path) -> Iterator[None]:
-    """An exclusive ``flock`` on ``path`` for the block (blocks until it is free)."""
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    saved = ensure_generated(base.with_suffix(".json"), meta, tokenise, damage)
+    return _open(bin_path, dtype, saved["tokens"])
 
 
 def _open(path: Path, dtype: np.dtype, tokens: int) -> np.ndarray:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch.nn.functional as F
@@ -27,9 +28,11 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 from torch import Tensor, nn
 
+from src.engine.generated import file_lock
+from src.engine.task import Task
 from src.errors import ConfigError, DataError
 
-from .cache import TokenWindows, cached_tokens, file_lock
+from .cache import TokenWindows, cached_tokens
 from .corpora import HubDataset, find_split, pydoc_topics_text, read_text_file
 from .tokenizer import (
     ByteTokenizer,
@@ -44,7 +47,7 @@ from .tokenizer import (
 TOKENIZERS = ("gpt2", "bpe", "bytes")
 
 
-class LanguageModelling:
+class LanguageModelling(Task):
     """Next-token prediction over windows of ``seq_len + 1`` tokens with a causal decoder.
 
     Args:
@@ -54,27 +57,25 @@ class LanguageModelling:
         gpt2_dir: where GPT-2's BPE files are, relative to ``paths.data_dir``.
         cache_dir: where tokenizers trained here and token arrays go; relative paths are
             under ``paths.data_dir`` (default ``cache/lm``).
+        The rest: every task's (:class:`src.engine.task.Task`).
     """
 
+    metric = "val/loss"
     metric_mode = "min"
 
     def __init__(
         self,
-        name: str,
-        input: str,
         seq_len: int,
-        batch_size: int,
-        eval_batch_size: int,
-        metric: str = "val/loss",
         tokenizer: str = "gpt2",
         gpt2_dir: str = "tokenizers/gpt2",
         bpe_vocab_size: int = 50257,
         cache_dir: str = "cache/lm",
+        **common: Any,
     ) -> None:
         if tokenizer not in TOKENIZERS:
             raise ConfigError(f"task.tokenizer={tokenizer!r}: choose one of {', '.join(TOKENIZERS)}")
-        self.name, self.input, self.seq_len, self.metric = name, input, seq_len, metric
-        self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
+        super().__init__(**common)
+        self.seq_len = seq_len
         self.tokenizer_kind, self.gpt2_dir, self.bpe_vocab_size = tokenizer, gpt2_dir, bpe_vocab_size
         self.cache_dir = cache_dir
         self.tokenizer: TextTokenizer | None = None
@@ -119,6 +120,7 @@ class LanguageModelling:
     # -- model, loss, metrics ------------------------------------------------------------
 
     def build_model(self, backbone: DictConfig) -> nn.Module:
+        """The backbone's model, told the tokenizer's vocabulary."""
         if self.tokenizer is None:
             raise RuntimeError("build_model needs the tokenizer's vocabulary: call datasets() first")
         return instantiate(backbone.model, vocab_size=self.tokenizer.vocab_size, _convert_="all")

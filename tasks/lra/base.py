@@ -22,12 +22,12 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 from torch import Tensor, nn
 from torch.utils.data import Dataset
 
+from src.engine.task import ClassificationTask
 from src.errors import ConfigError
 
 Split = Literal["train", "val", "test"]
@@ -65,11 +65,10 @@ def pad_batch(seqs: list[Tensor], length: int | None) -> tuple[Tensor, Tensor]:
     return tokens, mask
 
 
-class LRATask:
+class LRATask(ClassificationTask):
     """A Long Range Arena classification task; subclasses say how to read each split.
 
-    Args:
-        name, input: the task's name and the input kind its backbones take (``sequence``).
+    Args (beside every task's, :class:`src.engine.task.Task`):
         num_classes: classes of the label.
         max_length: tokens kept per sequence (per document for retrieval).
         pad_length: the length every batch is padded to (at least ``max_length``); the
@@ -78,30 +77,24 @@ class LRATask:
         eval_split: the split the loop validates on, ``val`` or ``test`` (the papers report
             test accuracy).
         folder: where the task's files lie under ``paths.data_dir``.
-        batch_size, eval_batch_size, metric: for the loop.
     """
 
-    metric_mode = "max"
     dual = False
     vocab_size: int
 
     def __init__(
         self,
-        name: str,
-        input: str,
         num_classes: int,
         max_length: int,
         pad_length: int,
-        batch_size: int,
-        eval_batch_size: int,
         folder: str,
-        metric: str = "val/acc",
         pad_to: Literal["fixed", "longest"] = "fixed",
         eval_split: Split = "val",
+        **common: Any,
     ) -> None:
-        self.name, self.input, self.num_classes, self.folder = name, input, num_classes, folder
+        super().__init__(**common)
+        self.num_classes, self.folder = num_classes, folder
         self.max_length, self.pad_length, self.pad_to = max_length, pad_length, pad_to
-        self.batch_size, self.eval_batch_size, self.metric = batch_size, eval_batch_size, metric
         self.eval_split = eval_split
         if pad_length < max_length:
             raise ConfigError(f"task.pad_length={pad_length} must be at least task.max_length={max_length}")
@@ -128,7 +121,7 @@ class LRATask:
             out += pad_batch(list(seqs), length)
         return (*out, torch.tensor(columns[-1], dtype=torch.long))
 
-    # -- model, loss, metrics ----------------------------------------------------------------
+    # -- the model (loss and metrics: ClassificationTask's) -----------------------------------
 
     def build_model(self, backbone: DictConfig) -> nn.Module:
         """The backbone's model, told the vocabulary, classes, positions and towers of this task."""
@@ -140,18 +133,3 @@ class LRATask:
             max_positions=self.pad_length,
             dual=self.dual,
         )
-
-    def model_inputs(self, batch: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
-        return tuple(batch[:-1])
-
-    def train_loss(self, model: nn.Module, batch: tuple[Tensor, ...]) -> Tensor:
-        return F.cross_entropy(model(*batch[:-1]), batch[-1])
-
-    def eval_sums(self, model: nn.Module, batch: tuple[Tensor, ...]) -> dict[str, tuple[Tensor, int]]:
-        labels = batch[-1]
-        logits = model(*batch[:-1]).float()
-        n = labels.numel()
-        return {
-            "val/loss": (F.cross_entropy(logits, labels, reduction="sum"), n),
-            "val/acc": ((logits.argmax(-1) == labels).sum(), n),
-        }

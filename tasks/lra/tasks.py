@@ -4,11 +4,10 @@ official on-disk format under ``paths.data_dir / folder`` (see the modules that 
 from __future__ import annotations
 
 import dataclasses
-import fcntl
-import json
 from pathlib import Path
 from typing import Any
 
+from src.engine.generated import ensure_generated
 from src.errors import DataError
 
 from . import images, listops, text
@@ -41,8 +40,9 @@ class ListOpsSmall(ListOps):
 
     The generator's options (``generate``: ``num_train``, ``num_val``, ``num_test``,
     ``min_length``, ``max_length``, ``max_depth``, ``max_args``, ``seed``) are those of
-    :class:`tasks.lra.listops.ListOpsSpec`; files generated with other options stop the run
-    with a message (delete the folder, or point ``folder`` elsewhere).
+    :class:`tasks.lra.listops.ListOpsSpec`; they are kept beside the files (``generator.json``),
+    and files generated with other options are generated again
+    (:func:`src.engine.generated.ensure_generated`).
     """
 
     def __init__(self, generate: dict[str, int] | None = None, **kwargs: Any) -> None:
@@ -55,25 +55,20 @@ class ListOpsSmall(ListOps):
 
 
 def ensure_listops(folder: Path, spec: listops.ListOpsSpec) -> None:
-    """Generate the three TSV files into ``folder`` unless they are there (one process at a time).
+    """The three TSV files of ``spec`` in ``folder``, generated unless they are there."""
+    files = [folder / name for name in listops.SPLITS.values()]
 
-    The generator's options are kept beside them (``generator.json``): files made with other
-    options are never mistaken for these.
-    """
-    wanted = json.dumps(dataclasses.asdict(spec), sort_keys=True)
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / ".generating.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # a concurrent run waits, then finds the files
-        marker = folder / "generator.json"
-        if all((folder / name).is_file() for name in listops.SPLITS.values()):
-            if marker.is_file() and marker.read_text() != wanted:
-                raise DataError(
-                    f"{folder} holds ListOps generated with {marker.read_text()}, not with the task's "
-                    f"generate options {wanted}: delete the folder to regenerate, or set task.folder"
-                )
-            return
-        listops.write_release(folder, listops.generate(spec))
-        marker.write_text(wanted)
+    def damage(saved: dict) -> str | None:
+        missing = [f.name for f in files if not f.is_file()]
+        return f"missing {', '.join(missing)}" if missing else None
+
+    ensure_generated(
+        folder / "generator.json",
+        dataclasses.asdict(spec),
+        lambda: listops.write_release(folder, listops.generate(spec)),
+        damage,
+        present=lambda: all(f.is_file() for f in files),  # files without generator.json: the user's
+    )
 
 
 class Text(LRATask):

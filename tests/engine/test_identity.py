@@ -83,3 +83,15 @@ def test_a_key_one_side_lacks_is_null_and_an_added_null_option_changes_nothing(t
     before = Identity.of(compose(["trainer.max_steps=20"], tmp_path))  # a record from before an option
     after = identity_with(tmp_path, "task.new_option", None)  # ... that came with a null default
     assert before.hash == after.hash
+
+
+def test_a_record_naming_a_class_by_its_old_path_keeps_its_identity():
+    """``conf/sched/rsqrt.yaml``'s class moved from tasks/lra to src/engine: a record made before
+    the move resumes (same hash) and groups with new runs."""
+    from src.engine.identity import MOVED_TARGETS, Identity
+
+    for old, new in MOVED_TARGETS.items():
+        before = Identity({"sched": {"_target_": old, "warmup_steps": 10}, "seed": 0})
+        after = Identity.of({"sched": {"_target_": new, "warmup_steps": 10}, "seed": 0})
+        assert before.hash == after.hash and not before.differences(after)
+        assert Identity({"sched": {"_target_": new, "warmup_steps": 11}}).hash != after.hash

@@ -115,9 +115,5 @@ def test_a_step_with_a_multiplied_learning_rate_is_found_as_a_spike(tmp_path, mo
     assert 61 in found  # the loss after the multiplied step jumps
     assert not [s for s in found if s <= 60]  # nothing before it
     assert 61 not in spike_steps(tmp_path / "control")
-    row = next(
-        row
-        for row in read_metrics(tmp_path / "planted")
-        if "spike/loss" in row and row["step"] == 61
-    )
+    row = next(row for row in read_metrics(tmp_path / "planted") if "spike/loss" in row and row["step"] == 61)
     assert row["spike/ratio"] > 3 and row["spike/grad_norm/total"] > 0 and "norm_jacobian/norm1" in row

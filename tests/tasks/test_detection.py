@@ -61,13 +61,14 @@ def test_shapes_are_deterministic_and_regenerated_only_for_a_new_spec(tmp_path):
     ):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
     ann = tmp_path / "a" / "annotations" / "instances_val2017.json"
+    ensure_coco_shapes(tmp_path / "a", SPEC)  # written without its spec: generated again, with it
+    assert generated_with(tmp_path / "a") == SPEC
+    stamp = ann.stat().st_mtime_ns
     ensure_coco_shapes(tmp_path / "a", SPEC)  # already there: untouched
-    assert (
-        ann.stat().st_mtime_ns
-        == (tmp_path / "a" / "annotations" / "instances_val2017.json").stat().st_mtime_ns
-    )
+    assert ann.stat().st_mtime_ns == stamp
     other = ShapesSpec(**{**vars(SPEC), "num_val": 2})
-    ensure_coco_shapes(tmp_path / "a", other)
+    with pytest.warns(UserWarning, match="generating again"):
+        ensure_coco_shapes(tmp_path / "a", other)
     assert generated_with(tmp_path / "a") == other
     assert len(json.loads(ann.read_text())["images"]) == 2
 
@@ -87,6 +88,7 @@ from smoke.detection import OVERRIDES, SHAPES_AS, write_coco_fixture  # noqa: E4
 
 from src.engine import train  # noqa: E402
 from src.engine.record import read_metrics  # noqa: E402
+from src.engine.recorder import Recorder  # noqa: E402
 from src.errors import ConfigError, DataError  # noqa: E402
 from tasks.detection.config import build_config  # noqa: E402
 from tasks.detection.record import SuiteRecordHook  # noqa: E402
@@ -241,7 +243,9 @@ def test_a_validation_without_any_prediction_is_recorded_as_ap_zero(tmp_path):
     from src.engine.session import Opening, Session
 
     session = Session(RunRecord(tmp_path), Identity({}), Opening("fresh", "id"))
-    hook = SuiteRecordHook(session, "coco/bbox_mAP", "max", ["coco/bbox_mAP", "coco/segm_mAP"], 1, 0, 2)
+    hook = SuiteRecordHook(
+        Recorder(session), "coco/bbox_mAP", "max", ["coco/bbox_mAP", "coco/segm_mAP"], 1, 0, 2
+    )
     hook.after_val_epoch(SimpleNamespace(iter=4), metrics={})  # what mmdet returns for no box at all
     hook.after_val_epoch(SimpleNamespace(iter=8), metrics={"coco/bbox_mAP": 0.25, "coco/segm_mAP": 0.5})
     rows = read_metrics(tmp_path)
@@ -361,7 +365,7 @@ def test_mmengine_checkpoints_load_without_getattr(tmp_path):
     saved = {"meta": {"iter": 3}, "message_hub": hub.state_dict()}
     torch.save({"meta": {}, "message_hub": hub.state_dict()}, tmp_path / "as_mmengine_saves.pth")
     session = Session(RunRecord(tmp_path), Identity({"a": 1}), Opening("fresh", "id"))
-    SuiteRecordHook(session, "coco/bbox_mAP", "max", [], 1, 0, 2).before_save_checkpoint(
+    SuiteRecordHook(Recorder(session), "coco/bbox_mAP", "max", [], 1, 0, 2).before_save_checkpoint(
         SimpleNamespace(iter=3), saved
     )
     torch.save(saved, tmp_path / "suite.pth")

@@ -17,10 +17,11 @@ from conftest import CONF, compose, run_cli
 from smoke.lm import documents, lines, write_gpt2_format_bpe, write_parquet, write_save_to_disk
 
 from src.engine import checkpoint, train
+from src.engine.generated import file_lock
 from src.engine.record import read_metrics
 from src.errors import DataError
 from tasks.lm import CharCorpus, TinyStories, WikiText103
-from tasks.lm.cache import TokenWindows, cached_tokens, file_lock, unigram_entropy
+from tasks.lm.cache import TokenWindows, cached_tokens, unigram_entropy
 from tasks.lm.corpora import HubDataset, find_split, pydoc_topics_text
 from tasks.lm.tokenizer import ByteTokenizer
 
@@ -182,7 +183,8 @@ def test_the_cache_is_built_once_under_a_lock_and_rebuilt_when_its_source_change
     again = cached_tokens(base, batches, ByteTokenizer(), False, "v1")
     assert calls == [1] and bytes(results[0].tolist()) == bytes(again.tolist()) == "abcdé".encode()
     assert isinstance(again, np.memmap) and again.dtype == np.uint16
-    cached_tokens(base, batches, ByteTokenizer(), False, "v2")  # the copy on disk changed
+    with pytest.warns(UserWarning, match=r"\{'source': 'v1'\}, now \{'source': 'v2'\}: generating again"):
+        cached_tokens(base, batches, ByteTokenizer(), False, "v2")  # the copy on disk changed
     assert calls == [1, 1]
 
 
@@ -235,8 +237,10 @@ def test_the_paper_sweep_covers_the_papers_rows_with_every_variant():
     from src.engine.experiment import check_compatible
 
     params = OmegaConf.load(CONF / "experiment" / "paper" / "lm.yaml").hydra.sweeper.params
-    axes = {key: str(value).split(",") for key, value in params.items()}
-    assert sorted(axes["attn"]) == sorted(attention.VARIANTS) and len(axes["seed"]) == 3
+    axes = {key: str(value).split(",") for key, value in params.items() if key != "attn"}
+    assert params.attn == "glob(*,exclude=compose)" and len(axes["seed"]) == 3  # every file of conf/attn/
+    swept = {p.stem for p in (CONF / "attn").glob("*.yaml")} - {"compose"}
+    assert sorted(swept) == sorted(attention.VARIANTS)
     rows = set(itertools.product(axes["task"], axes["backbone"]))
     assert {
         ("lm_tinystories", "gpt2_small"),

@@ -4,6 +4,7 @@ LRA's tokens, generation on first use, and the missing-file message."""
 from __future__ import annotations
 
 import csv
+import json
 
 import pytest
 import torch
@@ -134,5 +135,26 @@ def test_the_small_set_is_generated_once_then_read_back(tmp_path):
         pad_length=40,
         **COMMON,
     )
-    with pytest.raises(DataError, match="generate options"):
-        other.datasets(tmp_path)  # files made with other options are not silently reused
+    with pytest.warns(UserWarning, match="generating again"):
+        regenerated, _ = other.datasets(tmp_path)  # files made with other options are made again
+    assert json.loads((files[0].parent / "generator.json").read_text())["seed"] == 2
+    assert [t for _, t in listops.read_split(files[0].parent, "train")] == regenerated.labels.tolist()
+    assert regenerated.labels.tolist() != train.labels.tolist()
+
+
+def test_files_put_there_without_the_generators_marker_are_read_never_overwritten(tmp_path):
+    """The user's own ListOps files in the small set's folder: used as they are."""
+    written = write_listops(tmp_path / "listops_small", num_train=12, num_val=4, num_test=4)
+    stamps = [f.stat().st_mtime_ns for f in (tmp_path / "listops_small").glob("*.tsv")]
+    task = ListOpsSmall(
+        generate=dict(num_train=30, num_val=10, num_test=10, min_length=5, max_length=40, seed=1),
+        name="lra_listops_small",
+        folder="listops_small",
+        max_length=40,
+        pad_length=40,
+        **COMMON,
+    )
+    train, _ = task.datasets(tmp_path)
+    assert [f.stat().st_mtime_ns for f in (tmp_path / "listops_small").glob("*.tsv")] == stamps
+    assert train.labels.tolist() == [label for _, label in written["train"]]
+    assert not (tmp_path / "listops_small" / "generator.json").exists()

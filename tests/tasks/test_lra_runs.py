@@ -11,6 +11,7 @@ import torch
 from conftest import compose, run_cli
 
 from src.engine.optim import build_scheduler
+from src.engine.schedule import RsqrtLRScheduler
 
 
 def test_the_rsqrt_schedule_warms_up_linearly_then_decays_as_one_over_sqrt_t(tmp_path):
@@ -27,6 +28,7 @@ def test_the_rsqrt_schedule_warms_up_linearly_then_decays_as_one_over_sqrt_t(tmp
         lrs[0] == 0.0 and lrs[warmup // 2] == pytest.approx(peak / 2) and lrs[warmup] == pytest.approx(peak)
     )
     assert lrs[4 * warmup] == pytest.approx(peak / 2)  # 1/sqrt(4) after the warm-up
+    assert type(scheduler) is RsqrtLRScheduler  # the engine's, under the recorded `_target_` name
 
 
 @pytest.mark.slow

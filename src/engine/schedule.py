@@ -1,9 +1,11 @@
-"""LRA's learning-rate schedule for its text tasks: ``constant * linear_warmup * rsqrt_decay``.
+"""Learning-rate schedules that timm lacks, stepped per optimizer update by the shared loop like
+timm's own (``conf/sched/``; :func:`src.engine.optim.build_scheduler` builds them).
 
-``lr(t) = lr · min(1, t / warmup) / sqrt(max(t, warmup))`` (the release's
-``train_utils.create_learning_rate_scheduler``): a linear warm-up to
-``lr / sqrt(warmup)``, then inverse square-root decay. Stepped per optimizer update by the
-shared loop like timm's schedulers (``conf/sched/rsqrt.yaml``).
+:class:`RsqrtLRScheduler` is ``constant * linear_warmup * rsqrt_decay``, the schedule of LRA's
+text tasks (and of the original Transformer): ``lr(t) = lr · min(1, t / warmup) /
+sqrt(max(t, warmup))`` (the LRA release's ``train_utils.create_learning_rate_scheduler``), a
+linear warm-up to ``lr / sqrt(warmup)``, then inverse square-root decay
+(``conf/sched/rsqrt.yaml``).
 """
 
 from __future__ import annotations
