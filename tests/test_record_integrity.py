@@ -3,7 +3,10 @@ record without training, never duplicates or glues rows, never rotates a bad che
 good one; non-finite values are plain JSON, and skipping them has limits.
 
 The runs are the digits default, 20 steps (checkpoints every 5), in this process; a "kill" is a
-KeyboardInterrupt raised as the loop is about to train a given step."""
+KeyboardInterrupt raised as the loop is about to train a given step.
+
+Longer than 300 lines: one subject, the record's integrity, on one shared fixture run.
+"""
 
 from __future__ import annotations
 

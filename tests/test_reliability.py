@@ -1,4 +1,7 @@
-"""Nothing lost under kills, failures, bad input and outages."""
+"""Nothing lost under kills, failures, bad input and outages.
+
+Longer than 300 lines: every way a run can be interrupted or fed bad input, in one catalogue.
+"""
 
 from __future__ import annotations
 

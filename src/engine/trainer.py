@@ -1,5 +1,9 @@
 """The shared training loop: steps, accumulation, AMP, clipping, validation, monitoring,
 checkpoints and resume. Classification, LRA, LM and the sandbox all train here.
+
+Longer than the suite's 300 lines because the loop is one object whose state a checkpoint
+carries whole (:class:`LoopState`): its step, skip accounting, validation and resume share that
+state, and split apart they would each need all of it.
 """
 
 from __future__ import annotations

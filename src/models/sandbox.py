@@ -33,6 +33,9 @@ keys are the normed tokens) and it has no output projection; both are described 
 The normalization is P5's ``x / (rms(x) + eps)``, whose Jacobian has the closed-form
 largest eigenvalue ``1 / (rms(x) + eps)`` (see :func:`rmsnorm_jacobian_max`): the cheap,
 exact measure of its curvature that spike detection logs.
+
+Longer than the suite's 300 lines: the two models share their layers and their account of
+how each variant meets them, which reads best in one place.
 """
 
 from __future__ import annotations

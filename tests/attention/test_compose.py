@@ -2,31 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar
-
 import pytest
 import torch
 from conftest import compose as compose_config
 from conftest import tiny_model
+from toy_variant import ScaleOut
 
 from src import attention
-from src.attention import AttentionConfigError, Variant
+from src.attention import AttentionConfigError
 from src.attention.config import attn_name, complete
-
-
-@dataclass
-class ScaleOut(Variant):
-    """An init-only test variant on W_O (cond_init leaves it alone)."""
-
-    name: ClassVar[str] = "scale_out"
-    writes: ClassVar[dict[str, str]] = {"W_O": "init"}
-    factor: float = 0.5
-
-    @torch.no_grad()
-    def modify(self, model, sites):
-        for site in sites:
-            site.out.weight.mul_(self.factor)
 
 
 @pytest.fixture

@@ -1,6 +1,9 @@
 """cond_tokens: κ(X + C) ≤ 2 with the exact SVD (``tau=0``), near 2 with the default filter,
 within 1% with the matmul-only form; a continuous correction on rank-deficient tokens (Swin,
-DaViT); the ``where`` entries; causal decoders."""
+DaViT); the ``where`` entries; causal decoders.
+
+Longer than 300 lines: one variant, in every model family and entry it reaches.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,9 @@
 """Detection tasks: the COCO-shapes generator, the COCO loader on a fixture in the official
 format, the mmdet config built from the suite's groups, the run record, exact resume, and the
-embedded default's training run (slow)."""
+embedded default's training run (slow).
+
+Longer than 300 lines: the detection family end to end, on shared fixtures.
+"""
 
 from __future__ import annotations
 
