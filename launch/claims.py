@@ -229,4 +229,3 @@ CHECKED_BY_TESTS: list[TestedClaim] = [
         "(κ(A) = 1.02, κ(CA) = 1.42) is asserted",
     ),
 ]
-
