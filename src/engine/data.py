@@ -12,6 +12,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -131,3 +132,14 @@ def eval_loader(
     return DataLoader(
         dataset, batch_size=batch_size, sampler=indices, num_workers=num_workers, collate_fn=collate_fn
     )
+
+
+def to_device(batch: Any, device: torch.device) -> Any:
+    """Move every tensor of a batch (tuples, lists, dicts) to ``device``."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, dict):
+        return {k: to_device(v, device) for k, v in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(to_device(v, device) for v in batch)
+    return batch

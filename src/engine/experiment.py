@@ -1,6 +1,6 @@
 """One run from a composed config, as a short pipeline: check the config, take the processes,
 open the run folder's record (:mod:`.session`), build the task, let it train
-(:meth:`src.engine.task.Task.fit`: the shared loop of :func:`fit_shared`, or detection's
+(:meth:`src.engine.task.Task.fit`: the shared loop of :mod:`.shared_loop`, or detection's
 mmengine Runner), and write the summary. Every task's rows, summary, failures and W&B run go
 through one :class:`src.engine.recorder.Recorder`. A failure is appended to ``failures.jsonl``;
 ``summary.json`` says ``failed`` only when this session trained or the record had no summary
@@ -21,7 +21,6 @@ from typing import Any
 import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
-from timm.utils import ModelEmaV3
 
 from src import attention
 from src.errors import ConfigError, message_of
@@ -29,14 +28,12 @@ from src.errors import ConfigError, message_of
 from .distributed import Dist
 from .identity import git_revision
 from .numerics import flush_denormals
-from .optim import build_optimizer, build_scheduler
 from .record import RunRecord
 from .recorder import Recorder
 from .schema import check_values
 from .seeding import seed_everything
 from .session import RunSession, Session
 from .task import Run, Task
-from .trainer import Trainer
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 log = logging.getLogger(__name__)
@@ -109,52 +106,6 @@ def completed_summary(
         "sessions": session.sessions(reached["steps"]),
         "git": git_revision(),
         "status": "completed",
-    }
-
-
-def fit_shared(task: Task, run: Run) -> dict[str, Any]:
-    """Build model, variant, optimizer, schedule and the shared loop, train; what it reached."""
-    cfg, dist = run.cfg, run.dist
-    datasets = task.datasets(Path(cfg.paths.data_dir))
-    model = task.build_model(cfg.backbone)
-    attention.apply(model, attention.config.complete(cfg.attn))
-    model.to(dist.device)
-    steps_per_epoch = max(1, len(datasets[0]) // (task.batch_size * dist.world * cfg.trainer.accumulate))
-    total_steps = cfg.trainer.max_steps or cfg.trainer.max_epochs * steps_per_epoch
-    trainer_cfg = cfg.trainer.copy()
-    if cfg.trainer.get("val_every_epochs"):  # validate per epoch (P4's convergence table)
-        trainer_cfg.val_every = max(1, round(cfg.trainer.val_every_epochs * steps_per_epoch))
-    optimizer = build_optimizer(cfg.optim, model)
-    scheduler = build_scheduler(cfg.sched, optimizer, total_steps, steps_per_epoch)
-    ema = ModelEmaV3(model, decay=cfg.trainer.ema) if cfg.trainer.ema else None
-
-    run.recorder.start()
-    trainer = Trainer(
-        trainer_cfg,
-        task,
-        model,
-        optimizer,
-        scheduler,
-        datasets,
-        run.session,
-        dist,
-        seed=cfg.seed,
-        total_steps=total_steps,
-        recorder=run.recorder,
-        ema=ema,
-    )
-    started = time.monotonic()
-    state = trainer.fit()
-    return {
-        "steps": state.step,
-        "final": state.last_val or trainer.evaluate(trainer.model),
-        "best": state.best,
-        "skipped_batches": state.skipped,
-        "wall_s": state.wall_s,
-        "session_s": time.monotonic() - started,
-        "steps_per_epoch": steps_per_epoch,
-        "params": sum(p.numel() for p in model.parameters()),
-        "device": str(dist.device),
     }
 
 

@@ -12,7 +12,7 @@ returns class logits). What it may change, each a no-op by default: :meth:`Task.
 :meth:`Task.derived_metrics`, :attr:`Task.tokens_per_sample`, :meth:`Task.after_backward`,
 :meth:`Task.after_validation`, :meth:`Task.state_dict` / :meth:`Task.load_state_dict`.
 
-:meth:`Task.fit` trains: by default in the shared loop (:func:`src.engine.experiment.fit_shared`);
+:meth:`Task.fit` trains: by default in the shared loop (:func:`src.engine.shared_loop.fit_shared`);
 detection overrides it to train in mmengine's Runner. Either way the record is opened, its rows
 written (:class:`src.engine.recorder.Recorder`) and its summary and failures written by the same
 code (:func:`src.engine.experiment.train`).
@@ -24,12 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import torch
 import torch.nn.functional as F
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 from torch import Tensor, nn
 from torch.utils.data import Dataset, default_collate
+
+from .shared_loop import fit_shared
 
 if TYPE_CHECKING:
     from .distributed import Dist
@@ -130,8 +131,6 @@ class Task:
     def fit(self, run: Run) -> dict[str, Any]:
         """Train; what the run reached (``steps``, ``final``, ``best``, ``wall_s``, …), which
         ``summary.json`` gets beside the keys every run has. Default: the shared loop."""
-        from .experiment import fit_shared  # the shared loop builds on this module
-
         return fit_shared(self, run)
 
 
@@ -161,14 +160,3 @@ class ClassificationTask(Task):
 
     def eval_sums(self, model: nn.Module, batch: tuple) -> dict[str, tuple[Tensor, int]]:
         return classification_sums(self.logits(model, batch), batch[-1])
-
-
-def to_device(batch: Any, device: torch.device) -> Any:
-    """Move every tensor of a batch (tuples, lists, dicts) to ``device``."""
-    if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=True)
-    if isinstance(batch, dict):
-        return {k: to_device(v, device) for k, v in batch.items()}
-    if isinstance(batch, (list, tuple)):
-        return type(batch)(to_device(v, device) for v in batch)
-    return batch

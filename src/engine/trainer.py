@@ -15,6 +15,7 @@ import math
 import re
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 from omegaconf import DictConfig
@@ -26,12 +27,14 @@ from src.conditioning.collapse import collapse_warning
 from src.errors import SuiteError
 
 from . import checkpoint
-from .data import BatchStream, Position, eval_loader
+from .data import BatchStream, Position, eval_loader, to_device
 from .distributed import Dist
 from .progress import make_progress
 from .recorder import Recorder, kept_best
 from .session import Session
-from .task import Task, to_device
+
+if TYPE_CHECKING:
+    from .task import Task
 
 log = logging.getLogger(__name__)
 
