@@ -181,7 +181,7 @@ def options(runs: Iterable[Run]) -> dict[str, dict[str, Any]]:
         ]
         keys = {k for f in peers for k in f}
         differing = sorted(k for k in keys if len({json.dumps(f.get(k), default=str) for f in peers}) > 1)
-        named = ("attn.variant", "attn.parts")  # the variant's (or composition's) name is its own column
+        named = ("attn.variant", "attn.parts", "attn._target_")  # said by the variant's own column
         out[experiment] = {k: flat[experiment].get(k) for k in differing if k not in named}
     return out
 

@@ -222,3 +222,18 @@ def test_a_torn_record_is_read_with_a_warning_and_a_damaged_one_is_listed(tmp_pa
     assert runs[1].status == "unreadable" and "metrics.jsonl:1 is damaged" in runs[1].error
     with pytest.warns(UserWarning):
         assert report.main([str(tmp_path), "--out", str(tmp_path / "out")]) == 0
+
+
+def test_a_composition_is_told_apart_by_its_parts_options_not_by_its_target(tmp_path):
+    """A composed run beside single-variant runs: its settings are its parts' options; the
+    ``_target_`` and ``parts`` that differ from the others' are its name, already in its column."""
+    from launch.records import options
+
+    write_run(tmp_path, "standard", 0, [0.5], settings={"attn._target_": "src.attention.build"})
+    composed = {"attn._target_": "src.attention.compose", "attn.parts": ["cond_init", "precond"]}
+    composed |= {"attn.cond_init.value": "per_head", "attn.precond.gain": False}
+    write_run(tmp_path, "cond_init+precond", 0, [0.6], settings=composed)
+    runs = read_runs([tmp_path])
+    shown = {r.attn: options(runs)[r.experiment] for r in runs}
+    assert shown["cond_init+precond"] == {"attn.cond_init.value": "per_head", "attn.precond.gain": False}
+    assert shown["standard"] == {"attn.cond_init.value": None, "attn.precond.gain": None}
