@@ -21,7 +21,7 @@ ENTROPY_KEY = "entropy/P/median"
 
 def collapse_warning(values: dict[str, float], variants: Sequence, threshold: float) -> str | None:
     """The warning for monitor ``values`` taken at init, or ``None`` when the attention is open
-    (or the model never shows ``P``: Nyström and channel attention have no entropy to read)."""
+    (or the monitor read no ``P``: a model whose attention modules have no explicit path)."""
     entropy = values.get(ENTROPY_KEY)
     if entropy is None or entropy >= threshold:
         return None
