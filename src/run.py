@@ -15,7 +15,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from src.engine import train
-from src.errors import SuiteError, message_of
+from src.errors import ConfigError, SuiteError, message_of
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
@@ -23,6 +23,7 @@ def main(cfg: DictConfig) -> float | None:
     """Train one run; returns its main metric (for Hydra's sweepers)."""
     hydra_cfg = HydraConfig.get()
     try:
+        refuse_list_selection(list(hydra_cfg.overrides.task))
         summary = train(cfg, hydra_cfg.runtime.output_dir)
     except Exception as e:
         cause = user_error(e)
@@ -31,6 +32,19 @@ def main(cfg: DictConfig) -> float | None:
         print(f"error: {message_of(cause)}", file=sys.stderr)
         sys.exit(2)
     return summary["final"].get(summary["metric"])
+
+
+def refuse_list_selection(overrides: list[str]) -> None:
+    """``attn=[cond_init,spectral]`` is Hydra's list selection: it merges the files into one node,
+    mixing the variants' options. Say what composes them instead."""
+    for override in overrides:
+        key, _, value = override.partition("=")
+        if key.lstrip("+") == "attn" and value.startswith("["):
+            names = value.strip("[]").replace(" ", "")
+            raise ConfigError(
+                f"attn={value} merges the variants' files into one config; to apply several variants "
+                f"in order use attn=compose 'attn.parts=[{names}]' (README: Compositions)"
+            )
 
 
 def user_error(error: BaseException | None) -> SuiteError | None:

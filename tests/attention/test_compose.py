@@ -86,3 +86,13 @@ def test_the_composed_config_names_every_option_of_every_part(tmp_path):
     assert dict(cfg.attn.spectral) == attention.build("spectral", mode="svd").options()
     assert dict(cfg.attn.cond_init) == attention.build("cond_init").options()
     assert [k for k in cfg.attn if k in attention.VARIANTS] == ["cond_init", "spectral"]  # in order
+
+
+def test_hydras_list_selection_is_refused_with_the_composing_command(tmp_path):
+    """``attn=[a,b]`` would merge both files into one node; the run says what to type instead."""
+    from conftest import run_cli
+
+    result = run_cli(["attn=[cond_init,spectral]", f"paths.output_dir={tmp_path}"], cwd=tmp_path)
+    assert result.returncode == 2
+    assert "attn=compose 'attn.parts=[cond_init,spectral]'" in result.stderr.splitlines()[-1]
+    assert not list(tmp_path.rglob("metrics.jsonl"))
