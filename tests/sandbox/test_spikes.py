@@ -7,7 +7,7 @@ import json
 import torch
 from conftest import compose
 
-from src.engine import experiment, train
+from src.engine import shared_loop, train
 from src.engine.record import read_metrics
 from src.models.sandbox import ClusteringHead
 from src.sandbox.page import spike_events
@@ -89,9 +89,9 @@ class PlantedSpike:
 
 
 def plant_spike(monkeypatch, at: int, factor: float) -> None:
-    build = experiment.build_scheduler
+    build = shared_loop.build_scheduler
     monkeypatch.setattr(
-        experiment, "build_scheduler", lambda cfg, opt, *a: PlantedSpike(build(cfg, opt, *a), opt, at, factor)
+        shared_loop, "build_scheduler", lambda cfg, opt, *a: PlantedSpike(build(cfg, opt, *a), opt, at, factor)
     )
 
 
