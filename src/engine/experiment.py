@@ -10,6 +10,7 @@ through one :class:`src.engine.recorder.Recorder`. A failure is appended to ``fa
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import os
 import socket
@@ -67,6 +68,10 @@ def processes(cfg: DictConfig) -> Iterator[Dist]:
         dist.close()
         torch.set_num_threads(threads)
         flush_denormals(flushed)
+        # The run's model sits in reference cycles (config nodes, hooks, the trainer and its
+        # recorder) that only the cyclic collector frees: free it now, before the next run of
+        # this process (a local multirun, the bench, the tests) builds another.
+        gc.collect()
 
 
 def already_complete(session: Session) -> dict[str, Any]:

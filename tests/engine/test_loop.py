@@ -96,3 +96,22 @@ def test_a_cpu_run_flushes_denormals_unless_told_not_and_restores_the_mode_after
     flush_denormals(previous)
     assert restored
     assert seen == [True, False, False]
+
+
+def test_a_finished_run_leaves_no_model_behind_for_the_next_run_of_the_process(tmp_path):
+    """A local multirun, the bench and the sweep tests train many runs in one process: each run's
+    model (held in reference cycles) must be freed when it ends, not when the collector next runs."""
+    import gc
+
+    from timm.models.vision_transformer import VisionTransformer
+
+    gc.collect()
+    gc.disable()
+    try:
+        for name in ("a", "b"):
+            cfg = compose(["trainer.max_steps=2", "trainer.val_every=2", "trainer.monitor_every=2"], tmp_path)
+            train(cfg, tmp_path / name)
+        alive = [o for o in gc.get_objects() if isinstance(o, VisionTransformer)]
+    finally:
+        gc.enable()
+    assert alive == []
