@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -81,3 +82,32 @@ def check_writable(folder: Path) -> None:
             f"cannot write the run folder {folder} ({error.strerror or error}): set paths.output_dir "
             "(or OUTPUT_DIR) to a folder you can write, or fix hydra.run.dir / hydra.sweep.dir"
         ) from error
+
+
+class SweepEnd(Callback):
+    """A multirun ends with one line: how its runs ended and the command for their tables and
+    plots. The runs are counted from their records (``summary.json``), so the line is right
+    whichever launcher ran them."""
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        print(sweep_end_line(Path(str(config.hydra.sweep.dir))), flush=True)
+
+
+def sweep_end_line(sweep_dir: Path) -> str:
+    """``sweep done: 6 runs (5 completed, 1 failed) in <dir>; tables and plots: python -m launch.report
+    <dir>``."""
+    statuses: dict[str, int] = {}
+    for summary in sweep_dir.rglob("summary.json"):
+        if "superseded" in summary.relative_to(sweep_dir).parts:
+            continue
+        try:
+            status = json.loads(summary.read_text()).get("status", "unknown")
+        except (OSError, ValueError):
+            status = "unreadable"
+        statuses[status] = statuses.get(status, 0) + 1
+    counted = ", ".join(f"{n} {status}" for status, n in sorted(statuses.items()))
+    runs = sum(statuses.values())
+    return (
+        f"sweep done: {runs} run{'s' if runs != 1 else ''}" + (f" ({counted})" if counted else "")
+        + f" in {sweep_dir}; tables and plots: python -m launch.report {sweep_dir}"
+    )

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import logging
 import os
 import socket
 import time
@@ -26,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from src import attention
 from src.errors import ConfigError, message_of
 
+from .announce import announce, complete_line, end_line
 from .distributed import Dist
 from .identity import git_revision
 from .numerics import flush_denormals
@@ -37,7 +37,6 @@ from .session import RunSession, Session
 from .task import Run, Task
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
-log = logging.getLogger(__name__)
 
 
 def train(cfg: DictConfig, run_dir: Path | str) -> dict[str, Any]:
@@ -49,7 +48,7 @@ def train(cfg: DictConfig, run_dir: Path | str) -> dict[str, Any]:
         record = RunRecord(Path(run_dir), enabled=dist.main)
         with RunSession(record, cfg, dist) as session:
             if session.kind == "complete":
-                return already_complete(session)
+                return already_complete(cfg, session)
             return train_session(cfg, session, dist)
 
 
@@ -74,15 +73,11 @@ def processes(cfg: DictConfig) -> Iterator[Dist]:
         gc.collect()
 
 
-def already_complete(session: Session) -> dict[str, Any]:
-    """A complete record's summary, left as it is."""
+def already_complete(cfg: DictConfig, session: Session) -> dict[str, Any]:
+    """A complete record's summary, left as it is; says so, and how to train it again."""
     summary = session.opening.summary or {}
-    log.info(
-        "%s is already complete (%s steps): nothing to train; trainer.resume=restart trains "
-        "it again (the record moves to superseded/)",
-        session.record.dir,
-        summary.get("steps"),
-    )
+    if session.record.enabled:
+        announce(complete_line(cfg, summary, session.record.dir))
     return summary
 
 
@@ -94,7 +89,10 @@ def train_session(cfg: DictConfig, session: Session, dist: Dist) -> dict[str, An
             task = instantiate(cfg.task)
             seed_everything(cfg.seed)
             reached = task.fit(Run(cfg, session, dist, recorder))
-            return recorder.finish(completed_summary(cfg, task, session, dist, reached))
+            summary = recorder.finish(completed_summary(cfg, task, session, dist, reached))
+        if session.record.enabled:
+            announce(end_line(summary, session.record.dir))
+        return summary
     except Exception as error:
         record_failure(cfg, session, recorder.steps(), error)
         raise

@@ -90,6 +90,7 @@ class SuiteRecordHook(Hook):
     def before_train(self, runner) -> None:
         self.session_start = self.window_start = time.monotonic()
         self.record.continue_after(runner.iter or None)  # the rows past the checkpoint are written again
+        self.recorder.begin(runner.iter, runner.max_iters)
         if runner.iter > 0 and self.record.enabled:
             for row in read_metrics(self.record.dir):
                 if row["split"] == "val" and row["step"] <= runner.iter:

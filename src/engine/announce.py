@@ -1,0 +1,83 @@
+"""The lines a run says about itself: one as it starts, one as it ends.
+
+Start: what trains (task, backbone, variant with its options, seed), where its record is, and
+whether it is *fresh*, *resumed from step N* or *already complete*. End: the main metric's final
+value and its best with the step, the run's training time and the record's path. They go through
+Python logging, which Hydra sends to the console and to the run folder's ``run.log``.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from src import attention
+
+from .progress import clock
+
+log = logging.getLogger("src.run")
+
+
+def what_trains(cfg: DictConfig) -> str:
+    """``digits · vit_digits · precond(eps=1e-06, detach=True, gain=False) · seed 0``."""
+    options = attention.attn_options(cfg.attn)
+    parts = attention.part_names(cfg.attn)
+    if len(parts) == 1:
+        variant = with_options(parts[0], options)
+    else:
+        variant = "+".join(with_options(part, options.get(part, {})) for part in parts)
+    return f"{cfg.task.name} · {cfg.backbone.name} · {variant} · seed {cfg.seed}"
+
+
+def with_options(name: str, options: dict[str, Any]) -> str:
+    shown = ", ".join(f"{k}={v}" for k, v in options.items())
+    return f"{name}({shown})" if shown else name
+
+
+def start_line(cfg: DictConfig, run_dir: Path, kind: str, step: int, total: int | None = None) -> str:
+    """What trains, how (``fresh`` or ``resumed from step N``) and where."""
+    if kind == "resume" and step > 0:
+        how = f"resumed from step {step}" + (f" of {total}" if total else "")
+    elif kind == "resume":
+        how = "fresh (the earlier session left no checkpoint)"
+    else:
+        how = "fresh"
+    return f"train {what_trains(cfg)} · {how} · {run_dir}"
+
+
+def result_text(summary: dict[str, Any]) -> str:
+    """``val/acc 0.9633 (best 0.9700 at step 400)`` from a summary."""
+    metric = summary.get("metric")
+    final = (summary.get("final") or {}).get(metric)
+    best = summary.get("best") or {}
+    text = f"{metric} {number(final)}"
+    if best.get(metric) is not None:
+        text += f" (best {number(best[metric])} at step {best.get('step')})"
+    return text
+
+
+def end_line(summary: dict[str, Any], run_dir: Path) -> str:
+    """The main metric, final and best, the steps and training time, the record's path."""
+    wall = summary.get("wall_s")
+    took = f" in {clock(wall)}" if isinstance(wall, (int, float)) else ""
+    return f"done: {result_text(summary)} · {summary.get('steps')} steps{took} · {run_dir / 'summary.json'}"
+
+
+def complete_line(cfg: DictConfig, summary: dict[str, Any], run_dir: Path) -> str:
+    """A rerun of a completed record: what it holds and how to train it again."""
+    return (
+        f"already complete: {what_trains(cfg)} · {result_text(summary)}, {summary.get('steps')} steps · "
+        f"{run_dir / 'summary.json'}. Nothing to train; to start over add trainer.resume=restart "
+        "(the record moves to superseded/, nothing is deleted)"
+    )
+
+
+def number(value: Any) -> str:
+    return f"{value:.4f}" if isinstance(value, (int, float)) else str(value)
+
+
+def announce(line: str) -> None:
+    log.info(line)

@@ -1,0 +1,92 @@
+"""What a run says: its start and end lines, a complete record's line, progress as log lines
+where no bar can be drawn, and the line that ends a multirun."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+from conftest import compose, run_cli
+
+from src.engine import train
+from src.engine.progress import LogProgress, make_progress
+from src.engine.task import Task
+
+FAST = [
+    "trainer.max_steps=20",
+    "trainer.checkpoint_every=10",
+    "trainer.val_every=10",
+    "trainer.monitor_every=0",
+]
+
+
+def said(caplog, logger: str = "src.run") -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == logger]
+
+
+def test_start_and_end_lines_say_what_trains_what_it_reached_and_where(tmp_path, caplog):
+    caplog.set_level(logging.INFO)
+    cfg = compose([*FAST, "attn=spectral", "attn.mode=svd"], tmp_path)
+    summary = train(cfg, tmp_path / "run")
+    start, end = said(caplog)
+    assert start.startswith(
+        "train digits · vit_digits · spectral(mode=svd, lam=10.0, targets=q, detach=True)"
+    )
+    assert " · seed 0 · fresh · " in start and start.endswith(str(tmp_path / "run"))
+    metric, best = summary["metric"], summary["best"]
+    assert f"{metric} {summary['final'][metric]:.4f} (best {best[metric]:.4f} at step {best['step']})" in end
+    assert f"{summary['steps']} steps" in end and end.endswith(str(tmp_path / "run" / "summary.json"))
+
+
+def test_a_resumed_run_names_its_step_and_a_complete_one_says_how_to_start_over(
+    tmp_path, caplog, monkeypatch
+):
+    cfg = compose(FAST, tmp_path)
+
+    def fail_after_the_first_checkpoint(self, model, step, run_dir, final):
+        if step == 20:  # validation comes before the checkpoint of its step: the last one is step 10
+            raise RuntimeError("killed")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Task, "after_validation", fail_after_the_first_checkpoint)
+        with pytest.raises(RuntimeError):
+            train(cfg, tmp_path / "run")
+    caplog.set_level(logging.INFO)
+    train(cfg, tmp_path / "run")
+    assert "resumed from step 10 of 20" in said(caplog)[0]
+
+    caplog.clear()
+    summary = train(cfg, tmp_path / "run")
+    (line,) = said(caplog)
+    assert line.startswith("already complete: digits · vit_digits · precond")
+    assert f"{summary['steps']} steps" in line and "trainer.resume=restart" in line
+    assert not said(caplog, "src.progress")  # no bar, no progress: nothing trained
+
+
+def test_progress_without_a_terminal_is_a_log_line_per_tenth_of_the_run(caplog, monkeypatch):
+    caplog.set_level(logging.INFO)
+    monkeypatch.setattr("sys.stdout.isatty", lambda: False, raising=False)
+    progress = make_progress("tqdm", total=200, start=40, description="digits")
+    assert isinstance(progress, LogProgress)
+    for step in range(41, 201):
+        progress.update(step, loss=1.0)
+    lines = said(caplog, "src.progress")
+    steps = [int(line.split("step ")[1].split("/")[0]) for line in lines]
+    assert steps == list(range(60, 201, 20))  # every 10% of 200 steps from step 40, and the last
+    assert lines[-1].startswith("digits step 200/200 (100%) loss=1 ")
+
+
+def test_a_job_log_and_a_multirun_say_it_all_without_a_terminal(tmp_path):
+    out = run_cli(["-m", "attn=standard,precond", "trainer.max_steps=20", "sweep_name=day"], cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    sweep = tmp_path / "outputs" / "multirun" / "day"
+    assert f"sweep done: 2 runs (2 completed) in {sweep.relative_to(tmp_path)}" in out.stdout
+    assert f"python -m launch.report {sweep.relative_to(tmp_path)}" in out.stdout.splitlines()[-1]
+    for summary_path in sweep.rglob("summary.json"):
+        log_lines = (summary_path.parent / "run.log").read_text().splitlines()
+        summary = json.loads(summary_path.read_text())
+        assert "] - train digits · vit_digits · " in log_lines[0]
+        assert any("digits step 20/20 (100%)" in line for line in log_lines)
+        took = f"0:{round(summary['wall_s']):02d}"
+        assert log_lines[-1].endswith(f"· 20 steps in {took} · {summary_path}")
