@@ -3,16 +3,21 @@ VENV ?= .venv
 PYTHON ?= $(VENV)/bin/python
 WHEELS ?= ../shared/wheels
 FIND_LINKS := $(if $(wildcard $(WHEELS)),--find-links $(WHEELS),)
-# the detection extra joins `make install` where an mmcv 2.1.0 wheel is at hand (DETECTION=auto),
-# always (DETECTION=1: pip must then find or build one) or never (DETECTION=0)
+# where `make detection` keeps the mmcv wheel it builds (about 30 minutes on 2 cores) or reuses
+MMCV_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/conditioned-attention/wheels
+# the detection extra joins `make install` where an mmcv 2.1.0 wheel is at hand in WHEELS or
+# MMCV_CACHE (DETECTION=auto), always (DETECTION=1: `make detection` builds one when none is) or never (0)
 DETECTION ?= auto
 MMCV_WHEEL := $(wildcard $(WHEELS)/mmcv-2.1.0-*.whl)
-WITH_DETECTION := $(if $(filter 1,$(DETECTION)),1,$(if $(filter auto,$(DETECTION)),$(if $(MMCV_WHEEL),1,),))
+MMCV_CACHED := $(wildcard $(MMCV_CACHE)/mmcv-2.1.0-*.whl)
+WITH_DETECTION := $(if $(filter 1,$(DETECTION)),1,$(if $(filter auto,$(DETECTION)),$(MMCV_WHEEL)$(MMCV_CACHED),))
+# a wheel in WHEELS (CI) joins install's one pip command; otherwise `make detection` finds or builds one
+DETECTION_BY := $(if $(WITH_DETECTION),$(if $(MMCV_WHEEL),pip,build),)
 COMMA := ,
-EXTRAS := dev$(if $(WITH_DETECTION),$(COMMA)detection,)
+EXTRAS := dev$(if $(filter pip,$(DETECTION_BY)),$(COMMA)detection,)
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test test-slow test-full test-timm bench lint clean
+.PHONY: help install detection run test test-slow test-full test-timm bench lint clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  %-10s %s\n", $$1, $$2}'
@@ -21,7 +26,16 @@ install: ## create .venv and install the suite, its test tools and (see DETECTIO
 	test -x $(PYTHON) || python3 -m venv $(VENV)
 	$(PYTHON) -m pip install --upgrade pip
 	$(PYTHON) -m pip install $(FIND_LINKS) -e '.[$(EXTRAS)]'
-	@$(if $(WITH_DETECTION),,echo "note: the detection extra was not installed (DETECTION=$(DETECTION), mmcv 2.1.0 wheel in $(WHEELS): $(if $(MMCV_WHEEL),yes,none)); README, section Detection, says how to add it")
+ifeq ($(DETECTION_BY),build)
+	$(MAKE) detection
+endif
+	@$(if $(WITH_DETECTION),,echo "note: the detection extra was not installed (DETECTION=$(DETECTION), mmcv 2.1.0 wheel in $(WHEELS) or $(MMCV_CACHE): $(if $(MMCV_WHEEL)$(MMCV_CACHED),yes,none)); \`make detection\` builds one (about 30 minutes on 2 cores)")
+
+detection: ## install the detection extra, building mmcv 2.1.0's ops once (~30 min; kept in MMCV_CACHE; JOBS=n)
+	test -x $(PYTHON) || $(MAKE) install DETECTION=0
+	$(PYTHON) -m launch.mmcv_build --cache $(MMCV_CACHE) $(if $(FIND_LINKS),--find-links $(WHEELS)) $(if $(JOBS),--jobs $(JOBS))
+	$(PYTHON) -m pip install --find-links $(MMCV_CACHE) -e '.[dev,detection]'
+	$(PYTHON) -m launch.mmcv_build --check --cache $(MMCV_CACHE)
 
 run: ## train the embedded default (digits, attn=precond); ARGS="attn=spectral …" adds overrides
 	$(PYTHON) -m src.run $(ARGS)
