@@ -13,16 +13,91 @@ from __future__ import annotations
 import os
 import secrets
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from hydra.utils import get_class
 from omegaconf import DictConfig
+
+from src.attention import config as attention
+from src.attention.registry import build
+from src.errors import ConfigError
 
 
 def new_run_id() -> str:
     """A fresh W&B run id (W&B's own alphabet: lowercase letters and digits)."""
     alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
     return "".join(secrets.choice(alphabet) for _ in range(12))
+
+
+def main_metric(task: DictConfig) -> tuple[str, str]:
+    """``(metric, mode)`` of the task config ``task``: ``task.metric`` when set, else its class's
+    default, and the class's ``metric_mode`` (``max`` or ``min``; LM tasks minimise). Read from the
+    config because the W&B run opens before the loop hands over the task object."""
+    cls = get_class(task._target_) if task.get("_target_") else None
+    metric = task.get("metric") or getattr(cls, "metric", "val/acc")
+    return str(metric), str(getattr(cls, "metric_mode", "max"))
+
+
+def changed_options(attn: Mapping[str, Any] | DictConfig) -> dict[str, Any]:
+    """The options of ``attn`` that differ from its variant's defaults, flat
+    (``{"mode": "svd"}``; for a composition ``{"spectral.mode": "svd"}``), in config order."""
+    options = attention.attn_options(attn)
+    if not attention.is_composition(attn):
+        options = {attention.attn_name(attn): options}
+    changed = {}
+    for part, values in options.items():
+        defaults = build(part).options()
+        for key, value in (values or {}).items():
+            if key not in defaults or defaults[key] != value:
+                name = f"{part}.{key}" if attention.is_composition(attn) else key
+                changed[name] = value
+    return changed
+
+
+def variant_label(attn: Mapping[str, Any] | DictConfig) -> str:
+    """``spectral``, ``spectral(mode=svd,lam=1)`` or ``cond_init+spectral(spectral.lam=1)``: the
+    variant and the options that differ from its defaults; two option sets never share it."""
+    changed = changed_options(attn)
+    inner = ",".join(f"{k}={v}" for k, v in changed.items())
+    return attention.attn_name(attn) + (f"({inner})" if inner else "")
+
+
+def run_name(cfg: DictConfig) -> str:
+    """The W&B run's name: ``logger.run_name`` when set, else ``<variant label>-seed<seed>``."""
+    return cfg.logger.get("run_name") or f"{variant_label(cfg.attn)}-seed{cfg.seed}"
+
+
+def run_tags(cfg: DictConfig) -> list[str]:
+    """Plain tags to filter by: the variant's parts (and the composition's name), the task, the
+    backbone, then ``logger.tags``. No ``=``: ``wandb sync --replace-tags old=new`` could not
+    rename them; the options and the seed are config keys (:func:`run_config`) instead."""
+    parts = attention.part_names(cfg.attn)
+    names = [*parts, *([attention.attn_name(cfg.attn)] if len(parts) > 1 else [])]
+    tags = [*names, cfg.task.name, cfg.backbone.name, *[str(t) for t in cfg.logger.get("tags") or []]]
+    bad = [t for t in tags if "=" in t]
+    if bad:
+        raise ConfigError(
+            f"logger.tags: {bad[0]!r} has '=', which W&B cannot rename (wandb sync --replace-tags "
+            "old=new); write it without '=', e.g. with '-'"
+        )
+    return list(dict.fromkeys(tags))
+
+
+def run_config(cfg: DictConfig, resolved: dict[str, Any]) -> dict[str, Any]:
+    """The W&B config: the resolved config ``resolved`` plus flat keys a workspace groups and
+    filters by (``variant``, ``variant_options``, ``variant_label``, ``task_name``,
+    ``backbone_name``; ``seed`` and ``sweep_name`` are already top-level keys)."""
+    changed = changed_options(cfg.attn)
+    return {
+        **resolved,
+        "variant": attention.attn_name(cfg.attn),
+        "variant_options": ",".join(f"{k}={v}" for k, v in changed.items()) or "defaults",
+        "variant_label": variant_label(cfg.attn),
+        "task_name": cfg.task.name,
+        "backbone_name": cfg.backbone.name,
+    }
 
 
 class WandbLogger:
@@ -32,6 +107,8 @@ class WandbLogger:
     when an API key is configured and ``offline`` when none is. Every call is guarded: a
     failure is reported once as a warning and W&B is switched off for the rest of the run.
     ``logged_through``: the last step this W&B run already holds; steps up to it are not sent.
+    ``name`` and ``tags`` default to ``cfg.run_name`` and ``cfg.tags``; ``metric`` (``(key, mode)``)
+    is defined with ``summary=mode``, so that the run's summary holds its best value, not its last.
     """
 
     def __init__(
@@ -41,6 +118,9 @@ class WandbLogger:
         config: dict[str, Any],
         run_id: str | None = None,
         logged_through: int | None = None,
+        name: str | None = None,
+        tags: list[str] | None = None,
+        metric: tuple[str, str] | None = None,
     ) -> None:
         self.run, self.logged_through = None, logged_through
         try:
@@ -55,8 +135,8 @@ class WandbLogger:
                 project=cfg.project,
                 entity=cfg.get("entity"),
                 group=cfg.group,
-                name=cfg.run_name,
-                tags=list(cfg.tags),
+                name=name or cfg.get("run_name"),
+                tags=list(cfg.get("tags") or []) if tags is None else tags,
                 config=config,
                 dir=str(run_dir),
                 mode=mode,
@@ -64,6 +144,8 @@ class WandbLogger:
                 resume="allow",
                 settings=wandb.Settings(init_timeout=float(cfg.get("init_timeout", 60))),
             )
+            if metric is not None:
+                self.run.define_metric(metric[0], summary=metric[1])
         except Exception as e:  # noqa: BLE001  W&B must never stop training
             self._fail("init", e)
 
@@ -81,7 +163,7 @@ class WandbLogger:
             try:
                 if summary:
                     self.run.summary.update(
-                        {k: v for k, v in summary.items() if isinstance(v, (int, float, str))}
+                        {k: v for k, v in summary.items() if isinstance(v, (int, float, str, dict))}
                     )
                 self.run.finish()
             except Exception as e:  # noqa: BLE001

@@ -9,8 +9,11 @@ import pytest
 import wandb
 from conftest import compose
 
+from launch.dashboard_spec import offline_run
 from src.engine import train
 from src.engine.record import read_metrics
+from src.engine.tracking import main_metric, run_config, run_name, run_tags
+from src.errors import ConfigError
 
 SHORT = [
     "logger=wandb",
@@ -36,6 +39,10 @@ def test_offline_mode_writes_a_local_wandb_run(tmp_path, monkeypatch):
 class FakeRun:
     def __init__(self, fail_log: bool = False):
         self.logged, self.finished, self.fail_log, self.summary = [], False, fail_log, {}
+        self.defined = []
+
+    def define_metric(self, name, summary=None):
+        self.defined.append((name, summary))
 
     def log(self, metrics, step):
         if self.fail_log:
@@ -61,12 +68,13 @@ def test_config_names_the_run_and_numbers_match_the_record(tmp_path, monkeypatch
     run(tmp_path, "attn=spectral", "seed=3")
     assert seen["mode"] == "offline"  # no key configured
     assert seen["group"] == "digits/vit_digits" and seen["name"] == "spectral-seed3"
-    assert {"attn=spectral", "seed=3"} <= set(seen["tags"]) and seen["config"]["attn"][
-        "variant"
-    ] == "spectral"
+    assert seen["tags"] == ["spectral", "digits", "vit_digits"]
+    assert seen["config"]["attn"]["variant"] == "spectral"
+    grouped = {k: seen["config"][k] for k in ("variant", "variant_options", "variant_label", "seed")}
+    assert grouped == dict(variant="spectral", variant_options="defaults", variant_label="spectral", seed=3)
     rows = read_metrics(tmp_path / "run")
     record = [(r["step"], {k: v for k, v in r.items() if k not in ("step", "split")}) for r in rows]
-    assert fake.logged == record and fake.finished
+    assert fake.logged == record and fake.finished and fake.defined == [("val/acc", "max")]
 
 
 @pytest.mark.parametrize("failure", ["init", "log"])
@@ -146,3 +154,41 @@ def test_a_resumed_record_continues_its_wandb_run_without_sending_a_step_twice(t
     strip = lambda rows: [(s, {k: v for k, v in m.items() if k != "throughput"}) for s, m in rows]  # noqa: E731
     assert strip(sent) == strip(record)  # each row once: step 3, trained again, was not sent again
     assert [s for s, _ in runs[1]["run"].logged][0] == 4
+
+
+# -- names, tags and summary a dashboard can group by -------------------------------------------
+
+
+def test_run_names_tell_option_sets_apart_and_tags_have_no_equals(tmp_path):
+    svd = compose(["logger=wandb", "attn=spectral", "attn.mode=svd"], tmp_path)
+    lam = compose(["logger=wandb", "attn=spectral", "attn.lam=1", "seed=2"], tmp_path)
+    parts = ["attn=compose", "attn.parts=[cond_init,spectral]", "+attn.spectral.lam=2"]
+    both = compose(["logger=wandb", *parts], tmp_path)
+    assert (run_name(svd), run_name(lam)) == ("spectral(mode=svd)-seed0", "spectral(lam=1)-seed2")
+    assert run_name(both) == "cond_init+spectral(spectral.lam=2)-seed0"
+    assert run_config(svd, {})["variant_options"] == "mode=svd"
+    assert run_config(lam, {})["variant"] == "spectral"
+    assert run_tags(both) == ["cond_init", "spectral", "cond_init+spectral", "digits", "vit_digits"]
+    named = compose(["logger=wandb", "logger.run_name=mine", "logger.tags=['a=b']"], tmp_path)
+    assert run_name(named) == "mine"
+    with pytest.raises(ConfigError, match="'a=b' has '='"):
+        run_tags(named)
+
+
+def test_the_main_metric_and_its_direction_come_from_the_task(tmp_path):
+    assert main_metric(compose([], tmp_path).task) == ("val/acc", "max")
+    assert main_metric(compose(["task=lm_char"], tmp_path).task) == ("val/loss", "min")
+
+
+def test_the_offline_summary_holds_the_best_not_the_last(tmp_path, monkeypatch):
+    from src.engine.trainer import Trainer
+
+    accs = iter([0.25, 0.75, 0.5])  # validations at steps 2, 4, 6: the best is not the last
+    monkeypatch.setattr(Trainer, "evaluate", lambda self, model, prefix="val": {f"{prefix}/acc": next(accs)})
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    run(tmp_path, "trainer.max_steps=6")
+    (wandb_file,) = (tmp_path / "run" / "wandb").glob("offline-run-*/run-*.wandb")
+    history, summary = offline_run(wandb_file)
+    assert "val/acc" in history and summary["val/acc"] == {"max": 0.75}  # define_metric(summary="max")
+    assert summary["final/val/acc"] == 0.5 and summary["best"] == {"val/acc": 0.75, "step": 4}
+    assert (summary["steps"], summary["status"]) == (6, "completed") and summary["wall_s"] > 0

@@ -1,0 +1,77 @@
+"""A W&B workspace and report for a project's runs: ``python -m launch.dashboard``.
+
+    python -m launch.dashboard --entity E --project P [--task digits] [--sweep NAME] [--dry-run OUT.json]
+
+The workspace groups the runs by variant and option set (the config keys the suite's W&B runs
+carry, :func:`src.engine.tracking.run_config`) and plots the task's main metric (mean ± one
+standard deviation over seeds), the final metric per variant, κ and entropy; the report sets the
+papers' numbers (:mod:`launch.paper`) beside a panel grid of our runs. ``--dry-run`` writes the
+specification as JSON without any network; without it the library saves both (needs a W&B login).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from launch.dashboard_spec import report, spec_json, workspace
+from src.engine.tracking import main_metric
+from src.errors import ConfigError
+
+TASKS = Path(__file__).resolve().parents[1] / "conf" / "task"
+
+
+def task_metric(task: str) -> str:
+    """The main metric of ``task`` (``conf/task/<task>.yaml``'s ``task.metric``, else its class's)."""
+    path = TASKS / f"{task}.yaml"
+    if not path.exists():
+        known = ", ".join(sorted(p.stem for p in TASKS.glob("*.yaml")))
+        raise ConfigError(f"--task {task}: no conf/task/{task}.yaml; one of: {known}")
+    return main_metric(OmegaConf.load(path).task)[0]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Build the workspace and report; write them (``--dry-run``) or save them to W&B."""
+    parser = argparse.ArgumentParser(prog="python -m launch.dashboard", description=__doc__.splitlines()[0])
+    parser.add_argument("--entity", required=True, help="W&B entity (user or team)")
+    parser.add_argument("--project", required=True, help="W&B project (logger.project)")
+    parser.add_argument("--task", default="digits", help="the task whose runs and metric (default: digits)")
+    parser.add_argument("--sweep", help="only the runs of this sweep (the config's sweep_name)")
+    parser.add_argument(
+        "--dry-run", type=Path, metavar="OUT.json", help="write the specification, no network"
+    )
+    args = parser.parse_args(argv)
+    try:
+        metric = task_metric(args.task)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    view = workspace(args.entity, args.project, args.task, metric, args.sweep)
+    if args.dry_run:
+        rep = report(args.entity, args.project, args.task, metric, args.sweep, name_project=False)
+        args.dry_run.parent.mkdir(parents=True, exist_ok=True)
+        args.dry_run.write_text(json.dumps(spec_json(view, rep), indent=1) + "\n")
+        print(f"wrote the workspace and report specification to {args.dry_run}")
+        return 0
+    try:
+        rep = report(args.entity, args.project, args.task, metric, args.sweep)
+        view.save()
+        rep.save()
+    except Exception as e:  # noqa: BLE001  the library raises whatever its transport raises
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        print(
+            f"error: saving to W&B {args.entity}/{args.project} failed ({type(e).__name__}: {first}); "
+            "log in with `wandb login`, or write the specification with --dry-run OUT.json",
+            file=sys.stderr,
+        )
+        return 2
+    print(f"saved workspace {view.url} and report {rep.url}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
