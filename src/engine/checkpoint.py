@@ -7,6 +7,10 @@ replaces is kept as ``previous.pt``: if ``last.pt`` is truncated or corrupt (a f
 copy gone wrong), :func:`load_latest` says so, moves it aside to ``last.pt.corrupt`` (never into
 the rotation) and resumes from ``previous.pt``. Checkpoints load with ``weights_only=True`` (RNG
 states are stored as tensors and plain Python values).
+
+``best.pt`` (:data:`BEST`) holds what evaluation needs of the best validation so far: the model
+(and EMA) weights, its step, the main metric's name and value, and the record's meta. It is
+written the same atomic way, but never rotated into ``previous.pt``.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import torch
 from src.errors import SuiteError
 
 PREVIOUS = "previous.pt"
+BEST = "best.pt"
 
 
 class CheckpointError(SuiteError):
@@ -60,9 +65,10 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def save(state: dict[str, Any], path: Path) -> None:
+def save(state: dict[str, Any], path: Path, keep_previous: bool = True) -> None:
     """Write ``state`` to ``path`` atomically (a temporary file, flushed, then renamed), keeping
-    the checkpoint it replaces as ``previous.pt`` beside it."""
+    the checkpoint it replaces as ``previous.pt`` beside it (unless ``keep_previous`` is false:
+    ``best.pt`` replaces its predecessor and leaves ``last.pt``'s rotation alone)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     try:
@@ -77,7 +83,7 @@ def save(state: dict[str, Any], path: Path) -> None:
         reason = str(error).splitlines()[0]
         message = f"cannot write checkpoint {tmp} ({reason}; {free:.0f} MB free on its disk); {kept}"
         raise CheckpointError(message) from error
-    if path.exists():
+    if keep_previous and path.exists():
         os.replace(path, path.with_name(PREVIOUS))
     os.replace(tmp, path)
 

@@ -23,6 +23,8 @@ Left out of the identity, because they provably do not bear on what the run comp
 ``trainer.nonfinite*``    the policy for a NaN/Inf loss; a run that skipped batches counts them in
                           ``summary.json`` (``skipped_batches``)
 ``trainer.collapse_entropy``  when the collapse guard warns (a message, nothing else)
+``trainer.test_after``    which checkpoint is evaluated on the test split once training has
+                          ended (``eval-test.json``, summary's ``test``); training is unchanged
 ========================  ====================================================================
 
 Left out although they change the *bits* (not the meaning) of the result, so that a requeue on
@@ -64,6 +66,7 @@ NO_BEARING = (
     "trainer.collapse_entropy",
     "trainer.nonfinite_limit_consecutive",
     "trainer.nonfinite_limit_total",
+    "trainer.test_after",
 )
 CHANGES_BITS = ("trainer.threads", "trainer.device", "trainer.compile", "trainer.flush_denormal")
 EXCLUDED = NO_BEARING + CHANGES_BITS

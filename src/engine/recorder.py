@@ -16,9 +16,10 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from .announce import announce, start_line
 from .record import RunRecord
 from .session import Session
-from .tracking import WandbLogger
+from .tracking import WandbLogger, main_metric, run_config, run_name, run_tags
 
 
 class Recorder:
@@ -49,10 +50,19 @@ class Recorder:
         self.wandb = WandbLogger(
             cfg.logger,
             self.record.dir,
-            OmegaConf.to_container(cfg, resolve=True),
+            run_config(cfg, OmegaConf.to_container(cfg, resolve=True)),
             run_id=opening.wandb_id,
             logged_through=opening.logged_through,
+            name=run_name(cfg),
+            tags=run_tags(cfg),
+            metric=main_metric(cfg.task),
         )
+
+    def begin(self, step: int, total: int | None = None) -> None:
+        """Say what trains, from which step and where (main process); the loops call it once they
+        know the step they start from."""
+        if self.cfg is not None and self.record.enabled:
+            announce(start_line(self.cfg, self.record.dir, self.session.kind, step, total))
 
     def log(self, step: int, split: str, metrics: dict[str, float]) -> None:
         """One row at ``step``: into ``metrics.jsonl`` (main process) and to W&B."""
@@ -80,8 +90,15 @@ class Recorder:
 
 
 def wandb_summary(summary: dict[str, Any]) -> dict[str, Any]:
-    """What the W&B run's summary gets: the final metrics and which way the main one is better."""
-    return {**{f"final/{k}": v for k, v in summary["final"].items()}, "metric_mode": summary["metric_mode"]}
+    """What the W&B run's summary gets: the final metrics (``final/<key>``), which way the main one
+    is better, and how the run went: ``best`` (the best validation, with its ``step``), ``steps``,
+    ``status``, ``wall_s``. The main metric's own key holds its best by ``define_metric``."""
+    kept = {k: summary[k] for k in ("best", "steps", "status", "wall_s", "metric") if k in summary}
+    return {
+        **{f"final/{k}": v for k, v in summary["final"].items()},
+        "metric_mode": summary["metric_mode"],
+        **kept,
+    }
 
 
 def recorded_steps(record: RunRecord) -> int:

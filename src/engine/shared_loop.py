@@ -3,23 +3,33 @@
 The task builds its data and model; the variant is applied; optimizer, schedule and EMA come
 from their config groups; :class:`~src.engine.trainer.Trainer` trains. Classification, LRA, LM
 and the sandbox train here; detection overrides ``fit`` with mmengine's Runner.
+
+With ``trainer.test_after`` (best or last), the checkpoint it names is evaluated on the task's
+test split when training ends (:mod:`.evaluation`, as ``python -m src.eval`` does): written to
+``eval-test.json`` and returned under ``test``, so that ``summary.json`` has it.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from omegaconf import DictConfig
 from timm.utils import ModelEmaV3
 
 from src import attention
+from src.errors import DataError, message_of
 
+from . import evaluation
 from .optim import build_optimizer, build_scheduler
 from .trainer import Trainer
 
 if TYPE_CHECKING:
     from .task import Run, Task
+
+log = logging.getLogger(__name__)
 
 
 def fit_shared(task: Task, run: Run) -> dict[str, Any]:
@@ -55,10 +65,13 @@ def fit_shared(task: Task, run: Run) -> dict[str, Any]:
     )
     started = time.monotonic()
     state = trainer.fit()
+    final = state.last_val or trainer.evaluate(trainer.model)
+    test = test_after_training(task, trainer, cfg)
     return {
         "steps": state.step,
-        "final": state.last_val or trainer.evaluate(trainer.model),
+        "final": final,
         "best": state.best,
+        **({"test": test} if test is not None else {}),
         "skipped_batches": state.skipped,
         "wall_s": state.wall_s,
         "session_s": time.monotonic() - started,
@@ -66,3 +79,38 @@ def fit_shared(task: Task, run: Run) -> dict[str, Any]:
         "params": sum(p.numel() for p in model.parameters()),
         "device": str(dist.device),
     }
+
+
+def test_after_training(task: Task, trainer: Trainer, cfg: DictConfig) -> dict[str, float] | None:
+    """``trainer.test_after``: the test metrics of the checkpoint it names (best or last), written
+    to ``eval-test.json`` by the main process; None when it is off or the task has no test split.
+    Loads that checkpoint into the trained model, so it comes after everything else."""
+    which = cfg.trainer.get("test_after")
+    if not which:
+        return None
+    if "test" not in task.eval_splits:
+        log.info("trainer.test_after=%s: task %s has no test split; nothing to test", which, task.name)
+        return None
+    run_dir, dist = trainer.record.dir, trainer.dist
+    note = log.info if dist.main else lambda _: None
+    which, path = evaluation.find_checkpoint(run_dir, which, note, best_step=trainer.state.best.get("step"))
+    try:
+        dataset = task.eval_dataset(Path(cfg.paths.data_dir), "test")
+    except DataError as missing:  # a copy of the data without its test files: the run stands
+        if dist.main:
+            log.warning(
+                "trainer.test_after=%s: no test numbers (%s); python -m src.eval %s split=test once the "
+                "files are there",
+                which,
+                message_of(missing).splitlines()[0],
+                run_dir,
+            )
+        return None
+    model, batches = trainer.raw_model, cfg.trainer.eval_batches
+    result = evaluation.evaluate_checkpoint(
+        task, model, dataset, "test", which, path, dist, trainer.autocast, batches
+    )
+    if dist.main:
+        written = evaluation.write_result(run_dir, result)
+        log.info("test: %s", evaluation.result_line(result, written))
+    return result["metrics"]

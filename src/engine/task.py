@@ -6,6 +6,10 @@ which :class:`Task` defines, so that the loop calls them directly and a task ove
 it needs (the way Lightning's hooks work). The hooks get the bare model (not its DDP or compiled
 wrapper) and must not draw from the global RNGs.
 
+Evaluation (:mod:`src.engine.evaluation`, ``python -m src.eval``, ``trainer.test_after``) reads a
+split through :meth:`Task.eval_dataset`: ``val`` by default, ``test`` where the task's data has one
+(:attr:`Task.eval_splits` lists them).
+
 What a task must give: :meth:`Task.datasets`, :meth:`Task.train_loss`, :meth:`Task.eval_sums`,
 :meth:`Task.model_inputs` (:class:`ClassificationTask` gives the last three for a model that
 returns class logits). What it may change, each a no-op by default: :meth:`Task.collate_fn`,
@@ -29,6 +33,8 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 from torch import Tensor, nn
 from torch.utils.data import Dataset, default_collate
+
+from src.errors import ConfigError
 
 from .shared_loop import fit_shared
 
@@ -61,6 +67,7 @@ class Task:
 
     metric: str = "val/acc"  # the main metric, e.g. "val/acc"
     metric_mode: str = "max"  # "max" or "min"
+    eval_splits: tuple[str, ...] = ("val",)  # the splits eval_dataset gives
 
     def __init__(
         self, name: str, input: str, batch_size: int, eval_batch_size: int, metric: str | None = None
@@ -75,6 +82,20 @@ class Task:
     def datasets(self, data_dir: Path) -> tuple[Dataset, Dataset]:
         """``(train, val)`` read from their official layout under ``data_dir``."""
         raise NotImplementedError(f"{type(self).__name__} does not read data for the shared loop")
+
+    def eval_dataset(self, data_dir: Path, split: str) -> Dataset:
+        """The data set of ``split`` to evaluate on, one of :attr:`eval_splits`. Default: ``val``,
+        the validation set of :meth:`datasets`; a task whose data has a test split overrides it."""
+        self.check_split(split)
+        return self.datasets(data_dir)[1]
+
+    def check_split(self, split: str) -> None:
+        """A :class:`ConfigError` unless ``split`` is one of :attr:`eval_splits`."""
+        if split not in self.eval_splits:
+            raise ConfigError(
+                f"task {self.name} has no {split!r} split to evaluate: its splits are "
+                f"{', '.join(self.eval_splits)}"
+            )
 
     def build_model(self, backbone: DictConfig) -> nn.Module:
         """The model for this task from the ``backbone`` config group (default: its ``model``)."""

@@ -26,7 +26,7 @@ from src.conditioning import ConditioningMonitor
 from src.conditioning.collapse import collapse_warning
 from src.errors import SuiteError
 
-from . import checkpoint
+from . import checkpoint, evaluation
 from .data import BatchStream, Position, eval_loader, to_device
 from .distributed import Dist
 from .progress import make_progress
@@ -106,6 +106,7 @@ class Trainer:
         """Train to ``total_steps``, resuming from ``last.pt`` when the run folder has one."""
         self._resume()
         cfg, state = self.cfg, self.state
+        self.recorder.begin(state.step, self.total_steps)
         self.stream = self._stream()
         batches = iter(self.stream)
         progress = make_progress(
@@ -229,47 +230,23 @@ class Trainer:
 
     # -- evaluation, monitoring, logging -------------------------------------------------
 
-    @torch.no_grad()
     def evaluate(self, model: nn.Module, prefix: str = "val") -> dict[str, float]:
-        """The task's metrics over the validation set (or ``eval_batches`` of it), all processes."""
-        loader = eval_loader(
-            self.val_set,
-            self.task.eval_batch_size,
-            self.dist.rank,
-            self.dist.world,
-            collate_fn=self.task.collate_fn,
+        """The task's metrics over the validation set (or ``eval_batches`` of it), all processes;
+        computed by :func:`src.engine.evaluation.evaluate`, as ``python -m src.eval`` does."""
+        return evaluation.evaluate(
+            self.task, model, self.val_set, self.dist, self.autocast, self.cfg.eval_batches, prefix
         )
-        was_training, sums = model.training, {}
-        model.eval()
-        try:
-            for i, batch in enumerate(loader):
-                if self.cfg.eval_batches and i >= self.cfg.eval_batches:
-                    break
-                with self.autocast:
-                    for key, (total, count) in self.task.eval_sums(
-                        model, to_device(batch, self.dist.device)
-                    ).items():
-                        pair = torch.stack(
-                            [total.double(), torch.as_tensor(count, dtype=torch.float64, device=total.device)]
-                        )
-                        sums[key] = sums.get(key, 0) + pair
-        finally:
-            model.train(was_training)
-        keys = sorted(sums)
-        reduced = self.dist.all_sum(torch.stack([sums[k] for k in keys])) if keys else []
-        means = {key: (t / c).item() for key, (t, c) in zip(keys, reduced, strict=True)}
-        if means:
-            means.update(self.task.derived_metrics(means))
-        return {key.replace("val/", f"{prefix}/", 1): value for key, value in means.items()}
 
     def _validate(self) -> None:
         metrics = self.evaluate(self.model)
         if self.ema is not None:
             metrics.update(self.evaluate(self.ema.module, prefix="val_ema"))
-        state = self.state
+        state, before = self.state, self.state.best
         state.best = kept_best(state.best, metrics, state.step, self.task.metric, self.task.metric_mode)
         state.last_val = metrics
         self._log("val", metrics)
+        if state.best is not before:
+            self._save_best()
         if self.dist.main:
             self.task.after_validation(
                 self.raw_model, self.state.step, self.record.dir, final=self.state.step == self.total_steps
@@ -340,6 +317,27 @@ class Trainer:
         self.record.touched = True
         self.saved_step = state.step
         self.dist.barrier()
+
+    def _save_best(self) -> None:
+        """``best.pt`` (main process): the weights of the validation that just beat the best, with
+        its step, metric and the record's meta; written atomically, outside last.pt's rotation."""
+        if not self.dist.main:
+            return
+        state = self.state
+        checkpoint.save(
+            {
+                "model": self.raw_model.state_dict(),
+                "ema": self.ema.state_dict() if self.ema is not None else None,
+                "step": state.step,
+                "metric": self.task.metric,
+                "metric_mode": self.task.metric_mode,
+                "value": state.best[self.task.metric],
+                "record": self.session.checkpoint_meta(state.step),
+            },
+            self.record.checkpoint.with_name(checkpoint.BEST),
+            keep_previous=False,
+        )
+        self.record.touched = True
 
     def _resume(self) -> None:
         """Continue from the newest readable checkpoint (its identity checked), or from nothing."""

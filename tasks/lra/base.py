@@ -75,12 +75,14 @@ class LRATask(ClassificationTask):
             backbone gets this many positions.
         pad_to: ``fixed`` (``pad_length``, LRA's way) or ``longest`` (the batch's longest).
         eval_split: the split the loop validates on, ``val`` or ``test`` (the papers report
-            test accuracy).
+            test accuracy). Evaluation reads either split on its own
+            (:meth:`eval_dataset`: ``val`` is the one the loop validates on).
         folder: where the task's files lie under ``paths.data_dir``.
     """
 
     dual = False
     vocab_size: int
+    eval_splits = ("val", "test")
 
     def __init__(
         self,
@@ -112,6 +114,12 @@ class LRATask(ClassificationTask):
     def datasets(self, data_dir: Path) -> tuple[Dataset, Dataset]:
         root = Path(data_dir) / self.folder
         return self.load(root, "train"), self.load(root, self.eval_split)
+
+    def eval_dataset(self, data_dir: Path, split: str) -> Dataset:
+        """``val``: the split the loop validates on (``eval_split``); ``test``: the test split.
+        Only that split is read."""
+        self.check_split(split)
+        return self.load(Path(data_dir) / self.folder, self.eval_split if split == "val" else "test")
 
     def collate_fn(self, items: list[tuple]) -> tuple[Tensor, ...]:
         length = self.pad_length if self.pad_to == "fixed" else None

@@ -53,6 +53,11 @@ class ListOpsSmall(ListOps):
         ensure_listops(Path(data_dir) / self.folder, self.spec)
         return super().datasets(data_dir)
 
+    def eval_dataset(self, data_dir: Path, split: str) -> Sequences:
+        self.check_split(split)
+        ensure_listops(Path(data_dir) / self.folder, self.spec)
+        return super().eval_dataset(data_dir, split)
+
 
 def ensure_listops(folder: Path, spec: listops.ListOpsSpec) -> None:
     """The three TSV files of ``spec`` in ``folder``, generated unless they are there."""
@@ -72,7 +77,8 @@ def ensure_listops(folder: Path, spec: listops.ListOpsSpec) -> None:
 
 
 class Text(LRATask):
-    """IMDB at byte level, 2 classes; ``val`` is IMDB's test split, as in LRA."""
+    """IMDB at byte level, 2 classes; ``val`` is IMDB's test split, as in LRA: IMDB has no
+    third split, so ``val`` and ``test`` read the same 25,000 reviews (never a split made up here)."""
 
     vocab_size = text.BYTE_VOCAB_SIZE
 

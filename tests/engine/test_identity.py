@@ -22,6 +22,7 @@ CHANGED = {  # one new value for each key left out of the identity
     "trainer.nonfinite_limit_consecutive": 3,
     "trainer.nonfinite_limit_total": 5,
     "trainer.collapse_entropy": 0.5,
+    "trainer.test_after": "best",
     "trainer.threads": 1,
     "trainer.device": "cpu",
     "trainer.compile": True,

@@ -64,6 +64,7 @@ def prepare(data_dir: Path) -> None:
     train, val = documents()
     write_save_to_disk(data_dir / "tinystories", {"train": train, "validation": val})
     write_parquet(
-        data_dir / "wikitext103" / "wikitext-103-raw-v1", {"train": lines(train), "validation": lines(val)}
+        data_dir / "wikitext103" / "wikitext-103-raw-v1",
+        {"train": lines(train), "validation": lines(val), "test": lines(val)},  # WikiText's three splits
     )
     write_gpt2_format_bpe(data_dir / "tokenizers" / "gpt2", train)
