@@ -2,65 +2,133 @@
 
 Each experiment is one line (mean over its seeds, a band from the lowest to the highest seed);
 κ's panels add the attention entropy beside κ(P), which a collapsed attention drives to 1.
-Apart from :mod:`launch.report` because they need matplotlib, imported only when drawing.
+Every panel is named and defined in its title (the monitor's quantities,
+:mod:`src.conditioning.monitor`, docs/methods.md#condition-numbers), every axis labelled (log
+scales said so), time in optimizer steps, and the legend sits outside the panels, below them.
+:func:`figures` builds the figures (the tests read them), :func:`plot` saves them. Apart from
+:mod:`launch.report` because they need matplotlib, imported only when drawing.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
+import textwrap
 from pathlib import Path
+from typing import Any
 
 from .records import Run, options
-from .results import describe
+from .results import describe, not_attn, variant_label
 
-KAPPAS = ["W_Q", "W_K", "W_V", "X", "P", "A"]
+LOG = "κ (log scale)"
+# key -> (title: the quantity named and defined, y label); κ(M) = σ_max / σ_min
+PANELS = {
+    "kappa/W_Q/median": ("κ(W_Q): condition number of each head's query weight (D×d)", LOG),
+    "kappa/W_K/median": ("κ(W_K): condition number of each head's key weight (D×d)", LOG),
+    "kappa/W_V/median": ("κ(W_V): condition number of each head's value weight (D×d)", LOG),
+    "kappa/tokens/median": ("κ(tokens): condition number of the embedded tokens entering layer 1", LOG),
+    "kappa/X/median": ("κ(X): condition number of the tokens entering attention (after the norm)", LOG),
+    "kappa/A/median": ("κ(A): condition number of each head's output (before the output projection)", LOG),
+    "kappa/P/median": ("κ(P): condition number of the attention matrix (softmax probabilities)", LOG),
+    "entropy/P/median": ("entropy(P): row entropy over log(#keys); 1 uniform, 0 one-hot", "entropy (0 to 1)"),
+}
+COLUMNS = 3
 
 
-def plot(runs: list[Run], out: Path) -> list[Path]:
-    """Per task × backbone: the main metric over training, and κ over training, per experiment
-    (its variant, and its settings where the experiments of that task and backbone differ)."""
+def figures(runs: list[Run]) -> list[tuple[str, Any]]:
+    """``(file name, matplotlib Figure)`` per task × backbone: the main metric over training, and
+    κ over training, per experiment (its variant with its options, and its other settings where
+    the experiments of that task and backbone differ)."""
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    written = []
     done = [r for r in runs if r.rows and r.metric and r.status != "unreadable"]
     settings = options(runs)
 
     def label(run: Run) -> str:
-        extra = describe(settings.get(run.experiment, {}))
-        return run.attn if extra == "—" else f"{run.attn} ({extra})"
+        extra = describe(not_attn(settings.get(run.experiment, {})))
+        return variant_label(run) + ("" if extra == "—" else f" ({extra})")
 
+    out = []
     for task, backbone in sorted({(r.task, r.backbone) for r in done}):
         group = [r for r in done if (r.task, r.backbone) == (task, backbone)]
-        labels = sorted({label(r) for r in group})
-        metric = group[0].metric
-        fig, ax = plt.subplots(figsize=(6, 4))
-        for name in labels:
-            _band(ax, [r.series(metric) for r in group if label(r) == name], name)
-        ax.set(xlabel="step", ylabel=metric, title=f"{task} · {backbone}")
-        ax.legend(fontsize=8)
-        written.append(_save(fig, out / f"curves_{task}_{backbone}.png"))
-
-        keys = [f"kappa/{k}/median" for k in KAPPAS]
-        if any(r.series("kappa/P/median", "monitor")[0] for r in group):  # κ(P) = 1 when P collapses:
-            keys.insert(keys.index("kappa/P/median") + 1, "entropy/P/median")  # its entropy beside it
-        monitored = [k for k in keys if any(r.series(k, "monitor")[0] for r in group)]
+        out.append((f"curves_{task}_{backbone}.png", _metric_figure(group, label, f"{task} · {backbone}")))
+        monitored = [k for k in PANELS if any(r.series(k, "monitor")[0] for r in group)]
         if monitored:
-            fig, axes = plt.subplots(1, len(monitored), figsize=(3.2 * len(monitored), 3), squeeze=False)
-            for ax, k in zip(axes[0], monitored, strict=True):
-                for name in labels:
-                    _band(ax, [r.series(k, "monitor") for r in group if label(r) == name], name)
-                what = k.split("/")[1]
-                if k.startswith("kappa/"):
-                    ax.set(yscale="log", xlabel="step", title=f"median κ({what})")
-                else:
-                    ax.set(xlabel="step", ylim=(0, 1.05), title="median entropy(P) (1 uniform, 0 one-hot)")
-            axes[0][0].legend(fontsize=7)
-            fig.suptitle(f"{task} · {backbone}")
-            written.append(_save(fig, out / f"kappa_{task}_{backbone}.png"))
-    return written
+            fig = _kappa_figure(group, label, monitored, f"{task} · {backbone}")
+            out.append((f"kappa_{task}_{backbone}.png", fig))
+    return out
+
+
+def plot(runs: list[Run], out: Path) -> list[Path]:
+    """Draw :func:`figures` into ``out`` as PNGs; returns their paths."""
+    return [_save(fig, out / name) for name, fig in figures(runs)]
+
+
+def _metric_figure(group: list[Run], label, title: str) -> Any:
+    import matplotlib.pyplot as plt
+
+    metric = group[0].metric
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for name in sorted({label(r) for r in group}):
+        _band(ax, [r.series(metric) for r in group if label(r) == name], name)
+    ax.set(xlabel="optimizer step", ylabel=f"{metric} (validation)")
+    ax.set_title(f"{title}: {metric} over training\n(mean over seeds; band: lowest to highest seed)")
+    _legend_below(fig, [ax])
+    return fig
+
+
+def _kappa_figure(group: list[Run], label, keys: list[str], title: str) -> Any:
+    import matplotlib.pyplot as plt
+
+    slots = panel_slots(keys)
+    rows = math.ceil((slots[-1] + 1) / COLUMNS)
+    fig, axes = plt.subplots(rows, COLUMNS, figsize=(4.6 * COLUMNS, 3.6 * rows), squeeze=False)
+    flat = [ax for row in axes for ax in row]
+    used = [flat[slot] for slot in slots]
+    for ax, key in zip(used, keys, strict=True):
+        for name in sorted({label(r) for r in group}):
+            _band(ax, [r.series(key, "monitor") for r in group if label(r) == name], name)
+        what, ylabel = PANELS[key]
+        ax.set_title("\n".join(textwrap.wrap(what, 42)), fontsize=9)
+        ax.set(xlabel="optimizer step", ylabel=ylabel)
+        if key.startswith("kappa/"):
+            ax.set_yscale("log")
+        else:
+            ax.set_ylim(0, 1.05)
+    for ax in flat:
+        if ax not in used:
+            fig.delaxes(ax)
+    fig.suptitle(f"{title}: conditioning monitor, median over the model's heads and layers")
+    _legend_below(fig, used)
+    return fig
+
+
+def panel_slots(keys: list[str]) -> list[int]:
+    """The grid slot of each panel, in order, with entropy(P) kept in κ(P)'s row: a κ(P) that
+    would end a row moves to the next one."""
+    slots, slot = [], 0
+    for i, key in enumerate(keys):
+        beside = key == "kappa/P/median" and keys[i + 1 : i + 2] == ["entropy/P/median"]
+        if beside and slot % COLUMNS == COLUMNS - 1:
+            slot += 1
+        slots.append(slot)
+        slot += 1
+    return slots
+
+
+def _legend_below(fig, axes: list) -> None:
+    """One legend for the figure, below its panels (outside every axes), room made for it."""
+    handles, labels = axes[0].get_legend_handles_labels()
+    if not handles:
+        return
+    ncol = min(len(labels), 3)
+    fig.tight_layout()
+    rows = math.ceil(len(labels) / ncol)
+    height = fig.get_figheight()
+    room = (0.3 * rows + 0.2) / height  # inches per legend row, as a fraction of the figure
+    fig.subplots_adjust(bottom=fig.subplotpars.bottom + room)
+    fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=8, bbox_to_anchor=(0.5, 0.0))
 
 
 def _band(ax, series: list[tuple[list[int], list[float]]], label: str) -> None:
@@ -80,10 +148,9 @@ def _band(ax, series: list[tuple[list[int], list[float]]], label: str) -> None:
 
 
 def _save(fig, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
     import matplotlib.pyplot as plt
 
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
     plt.close(fig)
     return path

@@ -5,7 +5,9 @@ Its status: ``completed`` (a summary says so), ``failed`` (a summary with the er
 training), ``failed to start`` (it failed, or died, before its first step: its error from
 ``failures.jsonl`` or the summary), ``incomplete`` (rows but no summary: killed, timed out or
 still running), or ``unreadable`` (a damaged record, named), so the report lists every run that
-did not finish instead of dropping it.
+did not finish instead of dropping it. A run's test numbers are ``eval-<split>.json`` beside its
+record (``python -m src.eval <run> split=test``): :attr:`Run.reported` is its test number where
+it has one, its validation number otherwise, and says which.
 
 Each run also carries its identity (:mod:`src.engine.identity`) without the seed: runs that
 share it are seeds of one experiment; runs that differ in anything else (a variant's option, the
@@ -15,6 +17,7 @@ run length, the data) are different experiments, whatever their folders are call
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +46,28 @@ class Run:
     error: str | None = None
     steps_per_epoch: int | None = None
     identity: Identity = field(default_factory=lambda: Identity({}))  # without the seed
+    steps: int | None = None  # steps trained (summary.json)
+    wall_s: float | None = None
+    best: dict[str, float] = field(default_factory=dict)  # best validation values, and their "step"
+    attn_options: dict[str, Any] = field(default_factory=dict)  # summary.json's, else the config's
+    evals: dict[str, dict[str, Any]] = field(default_factory=dict)  # split -> eval-<split>.json
+
+    @property
+    def epochs(self) -> float | None:
+        return self.steps / self.steps_per_epoch if self.steps and self.steps_per_epoch else None
+
+    @property
+    def reported(self) -> Reported | None:
+        """The main metric as the report uses it: the test number where ``eval-test.json`` has it
+        (the papers report test numbers), else the final validation number; None: neither."""
+        test = self.evals.get("test", {})
+        value = (test.get("metrics") or {}).get(test.get("metric"))
+        if value is not None:
+            where = f"{test.get('checkpoint', '?')} checkpoint, step {test.get('checkpoint_step', '?')}"
+            return Reported(float(value), "test", test["metric"], where)
+        if self.metric in self.final:
+            return Reported(self.final[self.metric], "val", self.metric, "final")
+        return None
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -73,6 +98,17 @@ class Run:
         return [s for s, _ in points], [float(v) for _, v in points]
 
 
+@dataclass(frozen=True)
+class Reported:
+    """One run's main number: its value, the split it is from, the key it was logged as
+    (``test/acc``), and the checkpoint it was measured on (``final`` for validation)."""
+
+    value: float
+    split: str
+    key: str
+    checkpoint: str
+
+
 def find_run_dirs(roots: Iterable[Path]) -> list[Path]:
     """Every run folder under ``roots`` (a root may itself be one): a folder with Hydra's
     ``.hydra/config.yaml``, or with the suite's ``config.yaml`` beside its metrics; folders
@@ -97,6 +133,7 @@ def read_run(folder: Path) -> Run:
         status="incomplete",
         identity=identity.without("seed", *seed_keys(folder)),
     )
+    run.attn_options = dict(run.identity.config.get("attn") or {})
     try:
         run.rows = read_metrics(folder)
         path = folder / "summary.json"
@@ -109,6 +146,11 @@ def read_run(folder: Path) -> Run:
         run.metric, run.metric_mode = summary.get("metric"), summary.get("metric_mode")
         run.final = {k: v for k, v in (summary.get("final") or {}).items() if v is not None}
         run.error, run.steps_per_epoch = summary.get("error"), summary.get("steps_per_epoch")
+        run.steps, run.wall_s = summary.get("steps"), summary.get("wall_s")
+        run.best = {k: v for k, v in (summary.get("best") or {}).items() if v is not None}
+        if isinstance(summary.get("attn_options"), dict):
+            run.attn_options = summary["attn_options"]
+        run.evals = read_evals(folder)
         if run.status == "failed" and not RunRecord(folder, enabled=False).has_trained():
             run.status = "failed to start"
     elif run.rows:
@@ -147,6 +189,26 @@ def seed_keys(folder: Path) -> list[str]:
         return []
     raw = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
     return [key for key, value in flatten(raw).items() if value == "${seed}"]
+
+
+def read_evals(folder: Path) -> dict[str, dict[str, Any]]:
+    """``{split: record}`` of the folder's ``eval-<split>.json`` files; a damaged one is left out
+    with a warning (the report then uses validation numbers for that run)."""
+    evals = {}
+    for path in sorted(folder.glob("eval-*.json")):
+        try:
+            record = json.loads(path.read_text())
+            if not isinstance(record.get("metrics"), dict) or record.get("metric") not in record["metrics"]:
+                raise ValueError("no 'metrics' holding its 'metric'")
+        except (ValueError, AttributeError) as error:
+            warnings.warn(
+                f"{path} is unreadable ({error}); its run is reported on validation: rerun "
+                f"`python -m src.eval {folder} split={path.stem.removeprefix('eval-')}`",
+                stacklevel=2,
+            )
+            continue
+        evals[record.get("split") or path.stem.removeprefix("eval-")] = record
+    return evals
 
 
 def last_failure(folder: Path) -> str | None:
@@ -222,6 +284,7 @@ def read_wandb(path: str, api: Any = None) -> list[Run]:
                 rows=rows,
                 error=None if state == "completed" else f"W&B state {r.state}",
                 identity=Identity.of(dict(cfg)).without("seed"),
+                attn_options=dict(cfg["attn"]),
             )
         )
     return runs

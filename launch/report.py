@@ -8,62 +8,69 @@ steps each variant needs to reach ``standard``'s final metric, PNG plots (the me
 training per experiment with a band over seeds; κ over training), the runs that failed, failed
 to start or never finished, with their error line, and the duplicates (two runs of one identity
 and seed: counted once). Which way a metric is better comes from ``summary.json``'s
-``metric_mode``.
+``metric_mode``. Each number says its split: a run's test number (``eval-test.json``) where
+every seed of its experiment has one, else the validation value. Beside the document,
+``results.csv`` and ``results.json`` carry the same rows: one per run and one per experiment
+(:func:`export_rows`).
 
-This module writes the document and is the command; what it prints comes from its neighbours:
+This module writes the documents and is the command; what it prints comes from its neighbours:
 the experiments' numbers (:func:`table`, :func:`convergence`) from :mod:`launch.results`, the
-claims' verdicts from :mod:`launch.verdicts`, the plots from :mod:`launch.plots`.
+claims' verdicts and their section from :mod:`launch.verdicts`, the plots from :mod:`launch.plots`.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
+import json
+import statistics
 import sys
 from pathlib import Path
+from typing import Any
 
-from .claims import CHECKED_BY_TESTS
 from .paper import P4_EPOCHS_TO_TARGET
 from .plots import plot
-from .records import Run, read_runs, read_wandb
-from .results import Cell, Convergence, convergence, describe, experiments, table
-from .verdicts import Verdict, verdicts
-
-
-def fmt(value: float | None, metric: str) -> str:
-    if value is None:
-        return "—"
-    if "acc" in metric or "mAP" in metric:  # fractions, printed as the papers do: in %
-        return f"{100 * value:.2f}"
-    return f"{value:.4g}"
+from .records import Run, options, read_runs, read_wandb
+from .results import (
+    Cell,
+    Convergence,
+    convergence,
+    describe,
+    experiments,
+    fmt,
+    not_attn,
+    one_split,
+    table,
+    variant_options,
+)
+from .verdicts import claims_section, verdicts
 
 
 def markdown(cells: list[Cell], conv: list[Convergence], runs: list[Run]) -> str:
+    """The whole report: the results table, P4's steps, the claims, the runs not counted."""
     lines = [
         "# Results",
         "",
-        "Main metric per experiment: mean ± std over seeds (accuracies and COCO APs in %). An experiment "
-        "is a run's whole configuration but its seed; *settings* lists what tells it apart from the "
-        "other experiments of its task and backbone. *gain*: against our `standard` in the same "
-        "settings. *paper*: the number docs/methods.md quotes and its gain over the same paper's baseline.",
+        "Main metric per experiment: mean ± std over seeds (accuracies and COCO APs in %; — for the "
+        "spread of one seed). An experiment is a run's whole configuration but its seed: *variant* "
+        "with its options that are not defaults, *steps* its length, *settings* what else tells it "
+        "apart from the other experiments of its task and backbone. *split*: where *ours* is from: "
+        "`test` when every seed has a test number (`python -m src.eval RUN split=test`), else the "
+        "final `val` value of every seed (never a mix). *gain*: against our `standard` in the same "
+        "settings and split. *paper*: the number docs/methods.md quotes (the papers report test "
+        "numbers: *ours − paper* from `val` says so) and its gain over the same paper's baseline.",
         "",
-        "| task | backbone | variant | settings | metric | ours | n | gain | paper | paper gain "
-        "| ours − paper |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| task | backbone | variant | settings | steps | split | metric | ours | n | gain | paper "
+        "| paper gain | ours − paper |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for c in cells:
-        p = c.paper
-        paper = f"{fmt(p.value, c.metric)} ({p.source})" if p else "—"
-        paper_gain = fmt(p.value - p.baseline, c.metric) if p and c.attn != "standard" else "—"
-        diff = fmt(c.mean - p.value, c.metric) if p else "—"
-        lines.append(
-            f"| {c.task} | {c.backbone} | {c.attn} | {c.label} | {c.metric} | {fmt(c.mean, c.metric)} ± "
-            f"{fmt(c.std, c.metric)} | {c.n} | {fmt(c.gain, c.metric)} | {paper} | {paper_gain} | {diff} |"
-        )
+    lines += [_cell_row(c) for c in cells]
     lines += [
         "",
-        "## Steps to reach `standard`'s final metric (P4)",
+        "## Steps to reach `standard`'s final validation metric (P4)",
         "",
-        "Median over the seeds that reach it; the ratio is to `standard`'s budget. "
+        "From the validation curves (split `val`). Median over the seeds that reach it; the ratio is to "
+        "`standard`'s budget. "
         "P4 reports cond_init at 0.70× the default's epochs on ImageNet.",
         "",
         "| task | backbone | variant | settings | steps | epochs | reached | ratio | P4 ratio |",
@@ -76,78 +83,28 @@ def markdown(cells: list[Cell], conv: list[Convergence], runs: list[Run]) -> str
         epochs = "—" if v.epochs is None else f"{v.epochs:.1f}"
         ratio = "—" if v.ratio is None else f"{v.ratio:.2f}"
         lines.append(
-            f"| {v.task} | {v.backbone} | {v.attn} | {describe(v.options)} | {steps} | {epochs} | "
+            f"| {v.task} | {v.backbone} | {v.variant} | {describe(v.options)} | {steps} | {epochs} | "
             f"{v.reached}/{v.seeds} | "
             f"{ratio} | {p4_ratio} |"
         )
     return "\n".join([*lines, *claims_section(verdicts(runs)), *not_counted(runs)]) + "\n"
 
 
-def claims_section(found: list[Verdict]) -> list[str]:
-    """The "Claims" section: every claim of :mod:`launch.claims` per task and reading, with our
-    effect against ``standard`` (95% interval over paired seeds) and the verdict."""
-    if not found:
-        return []
-    lines = [
-        "",
-        "## Claims",
-        "",
-        "Each paper claim per task and *reading* (the variant's options that tell its readings apart), "
-        "never pooled: *ours* is `standard` → the reading (means over the seeds both have; κ as "
-        "10^mean log10), *effect* the mean per-seed difference (κ in log10) with its 95% Student-t "
-        "interval. *reproduced*: the interval excludes 0 on the paper's side; *contradicted*: on the "
-        "other side; *inconclusive*: it contains 0. *entropy*: the reading's median attention entropy "
-        "at init (1 uniform, 0 one-hot): κ(P) = 1 is what a collapsed attention scores, so read κ "
-        "beside it.",
-    ]
-    for claim in dict.fromkeys(v.claim for v in found):
-        lines += [
-            "",
-            f"### {claim.source} {claim.key.split('-', 1)[1]}: {claim.statement}",
-            "",
-            f"Paper: {claim.paper}. Measure: `{claim.measure}`.",
-            "",
-            "| task | variant | reading | n | ours | effect [95% CI] | entropy | verdict |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- |",
-        ]
-        lines += [_verdict_row(v) for v in found if v.claim == claim]
-    if CHECKED_BY_TESTS:
-        lines += ["", "Claims that need no training, checked by tests:", ""]
-        lines += [f"- {t.source}: {t.statement}: {t.finding} (`{t.test}`)" for t in CHECKED_BY_TESTS]
-    return lines
-
-
-def _verdict_row(v: Verdict) -> str:
-    measure = v.claim.measure
-    if measure == "stages":
-        ours = v.note
-    else:
-        ours = "—" if v.value is None else f"{_measured(v, v.baseline)} → {_measured(v, v.value)}"
-    effect = "—" if v.effect is None else _signed(v, v.effect)
-    if v.low is not None:
-        effect += f" [{_signed(v, v.low)}, {_signed(v, v.high)}]"
-    entropy = "—" if v.entropy is None else f"{v.entropy:.3f}"
+def _cell_row(c: Cell) -> str:
+    """One experiment's row of the results table."""
+    p = c.paper
+    paper = f"{fmt(p.value, c.metric)} ({p.source})" if p else "—"
+    paper_gain = fmt(p.value - p.baseline, c.metric) if p and c.attn != "standard" else "—"
+    diff = fmt(c.mean - p.value, c.metric) if p else "—"
+    if p and c.split != "test":
+        diff += " (val vs test)"
+    length = "—" if c.steps is None else f"{c.steps}" + ("" if c.epochs is None else f" ({c.epochs:.3g} ep)")
+    split = f"{c.split} ({c.note})" if c.note else c.split
+    ours = f"{fmt(c.mean, c.metric)} ± {fmt(c.std, c.metric)}"
     return (
-        f"| {v.task} | {v.claim.variant} | {v.reading} | {v.n} | {ours} | {effect} | {entropy} "
-        f"| **{v.verdict}** |"
+        f"| {c.task} | {c.backbone} | {c.variant} | {c.label} | {length} | {split} | {c.metric} | {ours} "
+        f"| {c.n} | {fmt(c.gain, c.metric)} | {paper} | {paper_gain} | {diff} |"
     )
-
-
-def _measured(v: Verdict, value: float | None) -> str:
-    """A mean of the claim's measure: the metric as the tables print it, κ as a power of 10."""
-    if value is None:
-        return "—"
-    if v.claim.measure.startswith("init:kappa"):
-        return f"10^{value:.2f}"
-    return fmt(value, v.metric) if v.claim.measure == "final" else f"{value:.2f}"
-
-
-def _signed(v: Verdict, value: float) -> str:
-    """A difference: in the metric's printed unit (accuracy points) for ``final``."""
-    if v.claim.measure == "final":
-        text = fmt(abs(value), v.metric)
-        return ("−" if value < 0 else "+") + text
-    return f"{value:+.3f}"
 
 
 def not_counted(runs: list[Run]) -> list[str]:
@@ -171,6 +128,105 @@ def not_counted(runs: list[Run]) -> list[str]:
         lines += ["", heading, ""]
         lines += [f"- {dup.name} repeats {kept.name} (seed {kept.seed})" for kept, dup in duplicates]
     return lines
+
+
+# -- the exports: one row per run and one per experiment (results.csv, results.json) ------------
+
+FIELDS = (
+    "kind task backbone attn options settings seed seeds steps epochs wall_s status metric split final "
+    "checkpoint best best_split mean std n note experiment run_dir"
+).split()
+TYPES = {"seed": int, "steps": int, "n": int, "seeds": list} | dict.fromkeys(
+    ("epochs", "wall_s", "final", "best", "mean", "std"), float
+)  # the rest are strings: what the csv needs to read back as the json holds it
+
+
+def export_rows(runs: list[Run]) -> list[dict[str, Any]]:
+    """Every run (``kind=run``), then every experiment of completed runs (``kind=group``), as rows
+    with the :data:`FIELDS` keys, None where a key does not apply. *options*: the variant's
+    non-default options; *settings*: what else tells the experiment apart. A run's *final* is its
+    test number where it has one, else its final validation value (*split*, *checkpoint* say
+    which); *best* its best validation value. A group's *mean*, *std* (None for one seed), *n* and
+    *seeds* are over one split (*split*; *note* when some seeds had test numbers and some not)."""
+    settings = options(runs)
+    rows = []
+    for r in sorted(runs, key=lambda r: (r.task, r.backbone, r.attn, r.experiment, r.seed, r.name)):
+        number = r.reported if r.status == "completed" else None
+        best = r.best.get(r.metric or "")
+        rows.append(
+            {
+                **_common(r, settings),
+                "kind": "run",
+                "seed": r.seed,
+                "wall_s": r.wall_s,
+                "status": r.status,
+                "metric": number.key if number else r.metric,
+                "split": number.split if number else None,
+                "final": number.value if number else None,
+                "checkpoint": number.checkpoint if number else None,
+                "best": best,
+                "best_split": "val" if best is not None else None,
+                "run_dir": r.name,
+            }
+        )
+    groups, _ = experiments(runs)
+    for members in groups.values():
+        split, key, values, note = one_split(members)
+        rows.append(
+            {
+                **_common(members[0], settings),
+                "kind": "group",
+                "seeds": [r.seed for r in members],
+                "metric": key,
+                "split": split,
+                "mean": statistics.fmean(values),
+                "std": statistics.stdev(values) if len(values) > 1 else None,
+                "n": len(values),
+                "note": note or None,
+            }
+        )
+    return [{k: row.get(k) for k in FIELDS} for row in rows]
+
+
+def _common(run: Run, settings: dict) -> dict[str, Any]:
+    """The keys a run shares with its group: what the experiment is and how long it ran."""
+    return {
+        "task": run.task,
+        "backbone": run.backbone,
+        "attn": run.attn,
+        "options": variant_options(run.attn, run.attn_options) or None,
+        "settings": describe(not_attn(settings.get(run.experiment, {}))).replace("—", "") or None,
+        "steps": run.steps,
+        "epochs": run.epochs,
+        "experiment": run.experiment,
+    }
+
+
+def write_exports(rows: list[dict[str, Any]], out: Path) -> list[Path]:
+    """``results.csv`` and ``results.json`` in ``out``: the same rows (:func:`export_rows`); in the
+    csv a None is an empty cell and a group's seeds are space-separated."""
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "results.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=FIELDS)
+        writer.writeheader()
+        for row in rows:
+            cells = {k: " ".join(map(str, v)) if isinstance(v, list) else v for k, v in row.items()}
+            writer.writerow({k: "" if v is None else v for k, v in cells.items()})
+    (out / "results.json").write_text(json.dumps(rows, indent=1) + "\n")
+    return [out / "results.csv", out / "results.json"]
+
+
+def read_exports_csv(path: Path) -> list[dict[str, Any]]:
+    """``results.csv`` read back into the rows ``results.json`` holds (types from :data:`TYPES`)."""
+
+    def typed(key: str, text: str) -> Any:
+        if text == "":
+            return None
+        kind = TYPES.get(key, str)
+        return [int(s) for s in text.split()] if kind is list else kind(text)
+
+    with open(path, newline="") as f:
+        return [{k: typed(k, v) for k, v in row.items()} for row in csv.DictReader(f)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -197,9 +253,13 @@ def main(argv: list[str] | None = None) -> int:
     text = markdown(table(runs), convergence(runs), runs)
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.md").write_text(text)
+    exports = write_exports(export_rows(runs), out)
     plots = plot(runs, out)
     print(text)
-    print(f"wrote {out / 'report.md'} and {len(plots)} plots", file=sys.stderr)
+    print(
+        f"wrote {out / 'report.md'}, {' and '.join(p.name for p in exports)}, {len(plots)} plots",
+        file=sys.stderr,
+    )
     return 0
 
 

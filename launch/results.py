@@ -11,9 +11,11 @@ the curves, and ``python -m launch.bench --quality`` reuses :func:`convergence`.
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Any
 
 from .paper import PaperNumber, lookup
 from .records import Run, options
@@ -21,17 +23,27 @@ from .records import Run, options
 
 @dataclass
 class Cell:
-    """One experiment (a task × backbone × variant with all its settings) over its seeds."""
+    """One experiment (a task × backbone × variant with all its settings) over its seeds.
+
+    ``values`` are from one split, ``split``: every seed's test number where every seed has one
+    (``eval-test.json``), else every seed's final validation number (``note`` then says how many
+    had a test number): a cell never averages across splits."""
 
     task: str
     backbone: str
     attn: str
-    metric: str
+    metric: str  # the key its values were logged as: test/acc, val/acc
     values: list[float]
     paper: PaperNumber | None
-    baseline_mean: float | None = None  # our `standard` in the same setting
+    baseline_mean: float | None = None  # our `standard` in the same setting and split
     options: dict = field(default_factory=dict)  # what tells it apart from its neighbours
     context: str = ""  # :attr:`Run.context`: where its baseline is
+    split: str = "val"
+    seeds: list[int] = field(default_factory=list)
+    note: str = ""
+    variant: str = ""  # the variant with its non-default options: ``spectral mode=svd``
+    steps: int | None = None  # the run length (its first seed's)
+    epochs: float | None = None
 
     @property
     def label(self) -> str:
@@ -46,12 +58,22 @@ class Cell:
         return statistics.fmean(self.values)
 
     @property
-    def std(self) -> float:
-        return statistics.stdev(self.values) if self.n > 1 else 0.0
+    def std(self) -> float | None:
+        """The sample standard deviation; None for one seed (no spread to speak of)."""
+        return statistics.stdev(self.values) if self.n > 1 else None
 
     @property
     def gain(self) -> float | None:
         return None if self.baseline_mean is None else self.mean - self.baseline_mean
+
+
+def fmt(value: float | None, metric: str) -> str:
+    """A number as the tables print it: accuracies and APs in %, "—" for none."""
+    if value is None:
+        return "—"
+    if "acc" in metric or "mAP" in metric:  # fractions, printed as the papers do: in %
+        return f"{100 * value:.2f}"
+    return f"{value:.4g}"
 
 
 def describe(settings: dict) -> str:
@@ -60,6 +82,34 @@ def describe(settings: dict) -> str:
     if not shown:
         return "—"
     return ", ".join(f"{k.removeprefix('attn.')}={v}" for k, v in shown.items())
+
+
+def variant_options(attn: str, attn_options: dict[str, Any]) -> str:
+    """The options of ``attn`` that differ from its defaults (the variant's dataclass fields,
+    :data:`src.attention.VARIANTS`): ``mode=svd``, ``spectral.lam=1.0`` for a composition's part,
+    ``""`` when all are defaults. A variant not installed here shows every option."""
+    from src.attention import VARIANTS
+
+    parts = attn.split("+")
+    plain = {k: v for k, v in attn_options.items() if k not in ("variant", "parts") and not k.startswith("_")}
+    per_part = {p: plain.get(p) or {} for p in parts} if len(parts) > 1 else {attn: plain}
+    shown = []
+    for part, given in per_part.items():
+        cls = VARIANTS.get(part)
+        defaults = {f.name: f.default for f in dataclasses.fields(cls)} if cls else {}
+        prefix = f"{part}." if len(parts) > 1 else ""
+        shown += [f"{prefix}{k}={v}" for k, v in given.items() if k not in defaults or defaults[k] != v]
+    return " ".join(shown)
+
+
+def variant_label(run: Run) -> str:
+    """``spectral mode=svd``: the variant's name and its options that are not defaults."""
+    return " ".join(filter(None, [run.attn, variant_options(run.attn, run.attn_options)]))
+
+
+def not_attn(settings: dict) -> dict:
+    """The settings the variant's label does not already say (all but ``attn.…``)."""
+    return {k: v for k, v in settings.items() if not k.startswith("attn.")}
 
 
 def experiments(runs: list[Run]) -> tuple[dict[tuple, list[Run]], list[tuple[Run, Run]]]:
@@ -79,28 +129,46 @@ def experiments(runs: list[Run]) -> tuple[dict[tuple, list[Run]], list[tuple[Run
     return groups, duplicates
 
 
+def one_split(members: list[Run]) -> tuple[str, str, list[float], str]:
+    """``(split, key, values, note)`` of an experiment's seeds: test where all have a test number,
+    else validation for all, never a mix."""
+    numbers = [r.reported for r in members]
+    tested = sum(1 for x in numbers if x is not None and x.split == "test")
+    if tested == len(members):
+        return "test", numbers[0].key, [x.value for x in numbers], ""
+    note = f"test on {tested} of {len(members)} seeds only: val for all" if tested else ""
+    return "val", members[0].metric, [r.final[r.metric] for r in members], note
+
+
 def table(runs: list[Run]) -> list[Cell]:
     """The cells of completed runs, each with the paper's number and our baseline's mean."""
     groups, _ = experiments(runs)
     settings = options(runs)
     cells = []
     for (task, backbone, attn, experiment), members in sorted(groups.items(), key=lambda kv: kv[0][:3]):
-        metric = members[0].metric
+        split, key, values, note = one_split(members)
+        first = members[0]
         cells.append(
             Cell(
                 task,
                 backbone,
                 attn,
-                metric,
-                [r.final[metric] for r in members],
-                lookup(task, backbone, attn, metric),
-                options=settings.get(experiment, {}),
-                context=members[0].context,
+                key,
+                values,
+                lookup(task, backbone, attn, first.metric),
+                options=not_attn(settings.get(experiment, {})),
+                context=first.context,
+                split=split,
+                seeds=[r.seed for r in members],
+                note=note,
+                variant=variant_label(first),
+                steps=first.steps,
+                epochs=first.epochs,
             )
         )
-    baselines = {(c.task, c.backbone, c.context): c.mean for c in cells if c.attn == "standard"}
+    baselines = {(c.task, c.backbone, c.context, c.split): c.mean for c in cells if c.attn == "standard"}
     for c in cells:
-        c.baseline_mean = baselines.get((c.task, c.backbone, c.context))
+        c.baseline_mean = baselines.get((c.task, c.backbone, c.context, c.split))
     return cells
 
 
@@ -117,6 +185,7 @@ class Convergence:
     ratio: float | None
     epochs: float | None
     options: dict = field(default_factory=dict)
+    variant: str = ""  # :func:`variant_label`
 
 
 def first_reaching(steps: list[int], values: list[float], target: float, higher: bool) -> int | None:
@@ -168,7 +237,8 @@ def convergence(runs: list[Run], metric: str | None = None) -> list[Convergence]
                     len(members),
                     ratio=None if steps is None or not budget else steps / budget,
                     epochs=None if steps is None or not per_epoch else steps / per_epoch,
-                    options=settings[members[0].experiment],
+                    options=not_attn(settings[members[0].experiment]),
+                    variant=variant_label(members[0]),
                 )
             )
     return out

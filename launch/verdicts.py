@@ -24,7 +24,7 @@ Measures (a claim's ``measure``):
                      over the run's length; two stages show as a plateau longer than the rise
                      (> 0). Seeds that never learn are left out and counted.
 
-The report renders the verdicts as its *Claims* section (:func:`launch.report.claims_section`).
+The report renders the verdicts as its *Claims* section (:func:`claims_section`).
 """
 
 from __future__ import annotations
@@ -34,8 +34,9 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 
-from .claims import CLAIMS, Claim
+from .claims import CHECKED_BY_TESTS, CLAIMS, Claim
 from .records import Run, options
+from .results import fmt
 
 
 @dataclass
@@ -208,3 +209,74 @@ def _stages(claim: Claim, task: str, runs: list[Run]) -> list[Verdict]:
 def _entropy(members: list[Run]) -> float | None:
     values = [v for r in members if (v := monitor_at(r, "entropy/P/median")) is not None]
     return statistics.fmean(values) if values else None
+
+
+# -- the report's Claims section ------------------------------------------------------------
+
+
+def claims_section(found: list[Verdict]) -> list[str]:
+    """The "Claims" section: every claim of :mod:`launch.claims` per task and reading, with our
+    effect against ``standard`` (95% interval over paired seeds) and the verdict."""
+    if not found:
+        return []
+    lines = [
+        "",
+        "## Claims",
+        "",
+        "Each paper claim per task and *reading* (the variant's options that tell its readings apart), "
+        "never pooled: *ours* is `standard` → the reading (means over the seeds both have; `final` "
+        "is the main metric's final validation value, split `val`; κ as "
+        "10^mean log10), *effect* the mean per-seed difference (κ in log10) with its 95% Student-t "
+        "interval. *reproduced*: the interval excludes 0 on the paper's side; *contradicted*: on the "
+        "other side; *inconclusive*: it contains 0. *entropy*: the reading's median attention entropy "
+        "at init (1 uniform, 0 one-hot): κ(P) = 1 is what a collapsed attention scores, so read κ "
+        "beside it.",
+    ]
+    for claim in dict.fromkeys(v.claim for v in found):
+        lines += [
+            "",
+            f"### {claim.source} {claim.key.split('-', 1)[1]}: {claim.statement}",
+            "",
+            f"Paper: {claim.paper}. Measure: `{claim.measure}`.",
+            "",
+            "| task | variant | reading | n | ours | effect [95% CI] | entropy | verdict |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        ]
+        lines += [_verdict_row(v) for v in found if v.claim == claim]
+    if CHECKED_BY_TESTS:
+        lines += ["", "Claims that need no training, checked by tests:", ""]
+        lines += [f"- {t.source}: {t.statement}: {t.finding} (`{t.test}`)" for t in CHECKED_BY_TESTS]
+    return lines
+
+
+def _verdict_row(v: Verdict) -> str:
+    measure = v.claim.measure
+    if measure == "stages":
+        ours = v.note
+    else:
+        ours = "—" if v.value is None else f"{_measured(v, v.baseline)} → {_measured(v, v.value)}"
+    effect = "—" if v.effect is None else _signed(v, v.effect)
+    if v.low is not None:
+        effect += f" [{_signed(v, v.low)}, {_signed(v, v.high)}]"
+    entropy = "—" if v.entropy is None else f"{v.entropy:.3f}"
+    return (
+        f"| {v.task} | {v.claim.variant} | {v.reading} | {v.n} | {ours} | {effect} | {entropy} "
+        f"| **{v.verdict}** |"
+    )
+
+
+def _measured(v: Verdict, value: float | None) -> str:
+    """A mean of the claim's measure: the metric as the tables print it, κ as a power of 10."""
+    if value is None:
+        return "—"
+    if v.claim.measure.startswith("init:kappa"):
+        return f"10^{value:.2f}"
+    return fmt(value, v.metric) if v.claim.measure == "final" else f"{value:.2f}"
+
+
+def _signed(v: Verdict, value: float) -> str:
+    """A difference: in the metric's printed unit (accuracy points) for ``final``."""
+    if v.claim.measure == "final":
+        text = fmt(abs(value), v.metric)
+        return ("−" if value < 0 else "+") + text
+    return f"{value:+.3f}"

@@ -16,6 +16,8 @@ A frame is one PNG per snapshot. Panels, left to right and top to bottom:
   each RMSNorm's Jacobian, and κ and attention entropy from the conditioning monitor.
 
 Clouds wider than two dimensions are drawn in the plane of their two principal directions.
+Every panel has a title and labelled axes (time in optimizer steps, log scales said so), text
+legible at the task's default ``dpi`` (64), and the curves' legends below the panels.
 """
 
 from __future__ import annotations
@@ -36,10 +38,20 @@ from matplotlib.axes import Axes  # noqa: E402
 
 from .snapshot import Snapshot  # noqa: E402
 
-COLUMNS = 6
-PANEL_IN = 2.6
+COLUMNS = 5
+PANEL_IN = 3.2
+FONTS = {"axes.titlesize": 10, "axes.labelsize": 9, "xtick.labelsize": 8, "ytick.labelsize": 8}
+FONTS |= {"legend.fontsize": 7.5, "figure.titlesize": 12}  # points; at dpi 64, 10 pt is about 9 pixels
 TOKEN_POINTS = 1500  # token-cloud points drawn at most (a fixed subsample of the probe)
 KAPPA_KEYS = ("kappa/tokens/median", "kappa/X/median", "kappa/W_V/median", "kappa/W_Q/median")
+YLABELS = {  # a curve panel's title -> its y axis
+    "loss (train, test)": "cross-entropy",
+    "test accuracy": "accuracy",
+    "gradient norm of each module": "‖∇‖",
+    "RMSNorm Jacobian, largest eigenvalue": "λ_max",
+    "κ (conditioning monitor)": "κ = σ_max / σ_min",
+    "attention entropy": "entropy(P): 1 uniform, 0 one-hot",
+}
 
 
 def planar(points: np.ndarray) -> np.ndarray:
@@ -83,8 +95,15 @@ def draw_token_cloud(ax: Axes, snap: Snapshot, name: str, query_token: bool) -> 
         q = snap.query / (np.linalg.norm(snap.query) or 1.0) * lim
         ax.annotate("", xy=q, xytext=(0, 0), arrowprops={"arrowstyle": "->", "color": "k", "lw": 1.5})
         ax.text(*q, " q", fontsize=7)
-    ax.set_title(f"{name} tokens (o: first k, x: others)", fontsize=8)
+    ax.set_title(f"{name} tokens (o: first k, x: others)")
     ax.set_aspect("equal", adjustable="datalim")
+    label_plane(ax, cloud.shape[-1])
+
+
+def label_plane(ax: Axes, width: int) -> None:
+    """Name a cloud's axes: its own coordinates in 2-D, else its principal directions."""
+    names = ("dim 1", "dim 2") if width <= 2 else ("principal direction 1", "principal direction 2")
+    ax.set(xlabel=names[0], ylabel=names[1])
 
 
 def draw_sequence_cloud(ax: Axes, snap: Snapshot, name: str, by: str, regions: bool) -> None:
@@ -111,7 +130,8 @@ def draw_sequence_cloud(ax: Axes, snap: Snapshot, name: str, by: str, regions: b
             ax.text(*centre, str(int(value)), fontsize=7, ha="center", va="center", weight="bold")
     else:
         ax.scatter(points[:, 0], points[:, 1], c=plt.get_cmap("tab10")(snap.targets % 10), s=10, alpha=0.7)
-    ax.set_title(f"{name} by {by}", fontsize=8)
+    ax.set_title(f"{name} by {by}")
+    label_plane(ax, snap.clouds[name].shape[-1])
 
 
 def draw_attention(ax: Axes, snap: Snapshot, name: str) -> None:
@@ -125,11 +145,12 @@ def draw_attention(ax: Axes, snap: Snapshot, name: str) -> None:
     for h in range(heads):
         ax.bar(np.arange(n) + (h - (heads - 1) / 2) * width, mean[h], width=width, label=f"head {h}")
     ax.axvspan(offset - 0.5, offset + snap.k - 0.5, color="tab:green", alpha=0.12)
-    ax.set_xticks(np.arange(n), labels, fontsize=6)
+    ax.set_xticks(np.arange(n), labels)
     ax.set_ylim(0, 1)
-    ax.set_title(f"{name}: attention of the query", fontsize=8)
+    ax.set_title(f"{name}: attention of the query")
+    ax.set(xlabel="position (shaded: the first k)", ylabel="attention weight")
     if heads > 1:
-        ax.legend(fontsize=6, loc="upper right")
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.28), ncol=heads)
 
 
 def series(
@@ -168,8 +189,11 @@ def draw_curves(
     total: int | None = None,
     label: str | None = None,
     style: str = "-",
+    legend_below: bool = False,
 ) -> None:
-    """The named curves up to ``step`` (a vertical line marks it), on a shared x range ``[0, total]``."""
+    """The named curves up to ``step`` (a vertical line marks it), on a shared x range ``[0, total]``,
+    the y axis named after ``title`` (:data:`YLABELS`); ``legend_below``: the legend under the
+    panel, off the lines (the caller leaves room), else in its upper right corner."""
     prefixes, drawn = {key.split("/", 1)[0] for key in keys}, False
     for key in keys:
         xs, ys = series(rows, key, up_to=step)
@@ -184,17 +208,24 @@ def draw_curves(
     ax.axvline(step, color="k", lw=0.6, alpha=0.5)
     if total:
         ax.set_xlim(0, total)
-    ax.set_title(title, fontsize=8)
-    ax.tick_params(labelsize=6)
+    ax.set_title(title)
+    ylabel = YLABELS.get(title, title)
+    ax.set(xlabel="step", ylabel=f"{ylabel} (log scale)" if log and drawn else ylabel)
     if drawn:
-        ax.legend(fontsize=5, loc="upper right")
+        _legend(ax, legend_below)
 
 
-def mark_spikes(ax: Axes, rows: list[dict[str, Any]], step: int) -> None:
+def _legend(ax: Axes, below: bool) -> None:
+    count = len(ax.get_legend_handles_labels()[1])
+    under = {"loc": "upper center", "bbox_to_anchor": (0.5, -0.22), "ncol": min(count, 2)}
+    ax.legend(**(under if below else {"loc": "upper right"}))
+
+
+def mark_spikes(ax: Axes, rows: list[dict[str, Any]], step: int, legend_below: bool = False) -> None:
     xs, ys = series(rows, "spike/loss", up_to=step)
     if len(xs):
         ax.scatter(xs, ys, marker="v", color="tab:red", s=16, zorder=3, label="spike")
-        ax.legend(fontsize=5, loc="upper right")
+        _legend(ax, legend_below)
 
 
 def cloud_panels(snap: Snapshot) -> list[tuple[str, str, dict[str, Any]]]:
@@ -223,8 +254,6 @@ def draw_layer(ax: Axes, snap: Snapshot, kind: str, name: str, options: dict[str
         draw_attention(ax, snap, name)
     else:
         draw_sequence_cloud(ax, snap, name, **options)
-    if kind != "attention":
-        ax.tick_params(labelsize=6)
 
 
 def curve_panels(rows: list[dict[str, Any]]) -> list[tuple[str, list[str], bool]]:
@@ -236,35 +265,36 @@ def curve_panels(rows: list[dict[str, Any]]) -> list[tuple[str, list[str], bool]
         ("gradient norm of each module", keys_with(rows, "grad_norm/"), True),
         ("RMSNorm Jacobian, largest eigenvalue", keys_with(rows, "norm_jacobian/"), True),
         ("κ (conditioning monitor)", kappas, True),
+        ("attention entropy", ["entropy/P/median"], False),
     ]
 
 
 def render_frame(
     snap: Snapshot, rows: list[dict[str, Any]], path: Path, title: str, total: int | None, dpi: int = 64
 ) -> None:
-    """Draw the frame of ``snap`` with the record ``rows`` up to its step, to the PNG ``path``."""
-    layers = cloud_panels(snap)
-    curves = curve_panels(rows)
-    n = len(layers) + len(curves)
-    nrows = math.ceil(n / COLUMNS)
-    fig, axes = plt.subplots(nrows, COLUMNS, figsize=(COLUMNS * PANEL_IN, nrows * PANEL_IN + 0.4))
-    flat = list(np.ravel(axes))
-    try:
-        for ax, (kind, name, options) in zip(flat, layers, strict=False):
-            draw_layer(ax, snap, kind, name, options)
-        for ax, (ctitle, keys, log) in zip(flat[len(layers) :], curves, strict=False):
-            draw_curves(ax, rows, keys, snap.step, ctitle, log=log, total=total)
-            if ctitle.startswith("loss"):
-                mark_spikes(ax, rows, snap.step)
-            if ctitle == "test accuracy":
-                ax.set_ylim(0, 1.02)
-        for ax in flat[n:]:
-            ax.axis("off")
-        fig.suptitle(f"{title}   step {snap.step}", fontsize=10)
-        fig.subplots_adjust(left=0.04, right=0.99, bottom=0.06, top=0.9, wspace=0.3, hspace=0.35)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name("." + path.name)
-        fig.savefig(tmp, dpi=dpi)
-        tmp.replace(path)
-    finally:
-        plt.close(fig)
+    """Draw the frame of ``snap`` with the record ``rows`` up to its step, to the PNG ``path``: the
+    layer panels, then the curves (their legends below them), in :data:`FONTS`."""
+    with plt.rc_context(FONTS):
+        layers, curves = cloud_panels(snap), curve_panels(rows)
+        nrows = math.ceil((n := len(layers) + len(curves)) / COLUMNS)
+        fig, axes = plt.subplots(nrows, COLUMNS, figsize=(COLUMNS * PANEL_IN, nrows * PANEL_IN * 1.2 + 0.3))
+        flat = list(np.ravel(axes))
+        try:
+            for ax, (kind, name, options) in zip(flat, layers, strict=False):
+                draw_layer(ax, snap, kind, name, options)
+            for ax, (ctitle, keys, log) in zip(flat[len(layers) :], curves, strict=False):
+                draw_curves(ax, rows, keys, snap.step, ctitle, log=log, total=total, legend_below=True)
+                if ctitle.startswith("loss"):
+                    mark_spikes(ax, rows, snap.step, legend_below=True)
+                if ctitle in ("test accuracy", "attention entropy"):
+                    ax.set_ylim(0, 1.02)
+            for ax in flat[n:]:
+                ax.axis("off")
+            fig.suptitle(f"{title}   step {snap.step}")
+            fig.subplots_adjust(left=0.05, right=0.99, bottom=0.1, top=0.93, wspace=0.35, hspace=0.8)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name("." + path.name)
+            fig.savefig(tmp, dpi=dpi)
+            tmp.replace(path)
+        finally:
+            plt.close(fig)

@@ -100,13 +100,16 @@ PAGE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{title}</title>
 <style>
 body {{ font-family: sans-serif; margin: 1em 2em; }}
-#frame {{ max-width: 100%; border: 1px solid #ccc; }}
+#frame {{ max-width: 100%; border: 1px solid #ccc; }}  /* natural size where the window allows */
 table {{ border-collapse: collapse; font-size: 0.9em; }}
 td, th {{ border: 1px solid #ccc; padding: 0.2em 0.6em; text-align: right; }}
 .controls {{ margin: 0.5em 0; }}
 </style></head>
 <body>
 <h1>{title}</h1>
+<p>Each frame: every layer's 2-D cloud and the query's attention at its step, then the curves up to
+that step (x axis: optimizer steps; the vertical line marks the frame's step). Drag the slider or
+press play.</p>
 <div class="controls">
 <button id="play">play</button>
 <input id="slider" type="range" min="0" max="{count}" value="{count}" style="width: 60%">

@@ -26,9 +26,11 @@ def write_run(
     settings: dict | None = None,
     folder: Path | None = None,
     metric_mode: str | None = None,
+    test: float | None = None,
 ) -> Path:
-    """A run folder as the suite writes it; ``curve`` is val/acc at STEPS (its last value is final);
-    ``settings`` (dotted keys) go into its config."""
+    """A run folder as the suite writes it; ``curve`` is val/acc at STEPS (its last value is final,
+    its highest the best); ``settings`` (dotted keys) go into its config; ``test``: its test/acc,
+    in ``eval-test.json`` as ``python -m src.eval`` writes it."""
     folder = folder or root / task / backbone / attn / f"seed={seed}"
     folder.mkdir(parents=True)
     cfg = OmegaConf.create(
@@ -54,9 +56,19 @@ def write_run(
             "steps_per_epoch": 10,
             "error": error,
             "final": {"val/acc": curve[-1]} if status == "completed" else {},
+            "best": {"val/acc": max(curve), "step": STEPS[curve.index(max(curve))]} if curve else {},
+            "steps": STEPS[len(curve) - 1] if curve else 0,
+            "wall_s": 2.5,
             **({"metric_mode": metric_mode} if metric_mode else {}),
         }
         (folder / "summary.json").write_text(json.dumps(summary))
+    if test is not None:
+        evaluation = {
+            **{"split": "test", "checkpoint": "best", "checkpoint_step": 600, "metric": "test/acc"},
+            **{"metric_mode": "max", "metrics": {"test/acc": test, "test/loss": 1.2}, "samples": 2000},
+            **{"task": task, "wall_s": 3.2, "time": "2026-12-01 21:40:00", "git": "abc123"},
+        }
+        (folder / "eval-test.json").write_text(json.dumps(evaluation))
     return folder
 
 
@@ -93,7 +105,8 @@ def test_steps_to_reach_the_baseline_are_right(runs_root):
 def test_the_report_lists_failed_and_missing_runs(runs_root, capsys):
     assert report.main([str(runs_root), "--out", str(runs_root / "out")]) == 0
     text = (runs_root / "out" / "report.md").read_text()
-    row = "| cond_init | — | val/acc | 84.00 ± 1.41 | 2 | 3.00 | 81.50 (P4) | 1.20 | 2.50 |"
+    row = "| cond_init | — | 1000 (100 ep) | val | val/acc | 84.00 ± 1.41 | 2 | 3.00 | 81.50 (P4) | 1.20 "
+    row += "| 2.50 (val vs test) |"
     assert f"| imagenet | vit_base {row}" in text
     assert "| imagenet | vit_base | cond_init | — | 650 | 65.0 | 2/2 | 0.65 | 0.70 |" in text
     assert "## Runs that did not complete (2)" in text
@@ -156,11 +169,11 @@ def test_runs_of_different_settings_are_never_pooled_as_seeds(tmp_path):
     )
     cells = sorted(report.table(read_runs([tmp_path])), key=lambda c: c.mean)
     assert [(c.n, c.mean) for c in cells] == [(2, pytest.approx(0.25)), (1, pytest.approx(0.9))]
-    assert cells[0].label == "lam=10.0, trainer.max_steps=100"
-    assert cells[1].label == "mode=svd, trainer.max_steps=1000"
+    assert (cells[0].variant, cells[0].label) == ("spectral", "trainer.max_steps=100")  # lam=10: the default
+    assert (cells[1].variant, cells[1].label) == ("spectral mode=svd", "trainer.max_steps=1000")
     assert report.main([str(tmp_path), "--out", str(tmp_path / "out")]) == 0
     assert (
-        "| spectral | lam=10.0, trainer.max_steps=100 | val/acc | 25.00 ±"
+        "| spectral | trainer.max_steps=100 | 1000 (100 ep) | val | val/acc | 25.00 ± 7.07 | 2 |"
         in (tmp_path / "out" / "report.md").read_text()
     )
 
@@ -237,3 +250,45 @@ def test_a_composition_is_told_apart_by_its_parts_options_not_by_its_target(tmp_
     shown = {r.attn: options(runs)[r.experiment] for r in runs}
     assert shown["cond_init+precond"] == {"attn.cond_init.value": "per_head", "attn.precond.gain": False}
     assert shown["standard"] == {"attn.cond_init.value": None, "attn.precond.gain": None}
+
+
+# -- the plots say what they show ------------------------------------------------------------------
+
+
+def test_every_plot_panel_is_titled_and_labelled_and_no_legend_covers_a_panel(runs_root):
+    from launch.plots import figures
+
+    runs = read_runs([runs_root])
+    monitor = [
+        {"step": s, "split": "monitor", "kappa/P/median": 10.0 + s, "entropy/P/median": 0.9} for s in STEPS
+    ]
+    runs[0].rows += monitor
+    made = dict(figures(runs))
+    kappa = made["kappa_imagenet_vit_base.png"]
+    titles = [ax.get_title().replace("\n", " ") for ax in kappa.axes]
+    assert titles[0].startswith("κ(W_Q): condition number")  # the panels in the monitor's order,
+    assert titles[1].startswith("κ(P): condition number of the attention matrix")
+    assert titles[2].startswith("entropy(P)")  # entropy beside κ(P), in its row
+    assert kappa.axes[1].get_position().y0 == kappa.axes[2].get_position().y0
+    for fig in made.values():
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        for ax in fig.axes:
+            assert ax.get_title() and ax.get_ylabel() and ax.get_xlabel() == "optimizer step"
+            assert ("log" in ax.get_ylabel()) == (ax.get_yscale() == "log")
+            assert ax.get_legend() is None
+        (legend,) = fig.legends
+        box = legend.get_window_extent(renderer)
+        assert not any(box.overlaps(ax.get_window_extent(renderer)) for ax in fig.axes)
+    labels = [t.get_text() for t in made["curves_imagenet_vit_base.png"].legends[0].get_texts()]
+    assert labels == ["cond_init (n=2)", "standard (n=3)"]  # the runs with a validation curve
+
+
+def test_entropy_stays_in_the_row_of_kappa_p_whatever_panels_come_before():
+    from launch.plots import COLUMNS, panel_slots
+
+    for before in range(0, 6):
+        keys = [f"kappa/k{i}/median" for i in range(before)] + ["kappa/P/median", "entropy/P/median"]
+        slots = panel_slots(keys)
+        assert slots[-2] // COLUMNS == slots[-1] // COLUMNS and slots[-1] == slots[-2] + 1
+        assert slots[:before] == list(range(before))  # the others keep their places
