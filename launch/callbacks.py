@@ -108,6 +108,7 @@ def sweep_end_line(sweep_dir: Path) -> str:
     counted = ", ".join(f"{n} {status}" for status, n in sorted(statuses.items()))
     runs = sum(statuses.values())
     return (
-        f"sweep done: {runs} run{'s' if runs != 1 else ''}" + (f" ({counted})" if counted else "")
+        f"sweep done: {runs} run{'s' if runs != 1 else ''}"
+        + (f" ({counted})" if counted else "")
         + f" in {sweep_dir}; tables and plots: python -m launch.report {sweep_dir}"
     )

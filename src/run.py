@@ -14,13 +14,16 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from src.engine import train
+from src import resolvers  # noqa: F401  registers the configs' resolvers (also in SLURM jobs)
+from src.cli import prepare_argv
 from src.errors import ConfigError, SuiteError, message_of
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> float | None:
     """Train one run; returns its main metric (for Hydra's sweepers)."""
+    from src.engine import train  # torch is imported here, so that --help and typos answer at once
+
     hydra_cfg = HydraConfig.get()
     try:
         refuse_list_selection(list(hydra_cfg.overrides.task))
@@ -54,5 +57,18 @@ def user_error(error: BaseException | None) -> SuiteError | None:
     return error
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """``--help``, typos in group selections and values with ``=``, before Hydra parses argv
+    (src/cli.py); then :func:`main`."""
+    try:
+        sys.argv[1:] = prepare_argv(sys.argv[1:])
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    import src.engine  # noqa: F401  the trainer schema, which Hydra composes with (imports torch)
+
     main()
+
+
+if __name__ == "__main__":
+    cli()

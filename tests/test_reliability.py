@@ -144,7 +144,8 @@ def test_two_unreadable_checkpoints_are_one_clear_error_and_stay_where_they_are(
     # each file's reason whole: torch's paragraph reduced to its point, never cut mid-sentence
     assert message.count("refused by torch's safe loader: Unsupported operand") == 2
     assert "Weights only load failed" not in message and "\n" not in message
-    assert {p.name for p in (tmp_path / "run" / "checkpoints").iterdir()} == {"last.pt", "previous.pt"}
+    left = {p.name for p in (tmp_path / "run" / "checkpoints").iterdir()}
+    assert left == {"last.pt", "previous.pt", "best.pt"}  # nothing set aside, nothing removed
 
 
 # -- 2. sweeps keep what finished -------------------------------------------------------------
@@ -341,10 +342,24 @@ TINY_IMAGENET = [
 
 # (id, command-line arguments, what the one message says, exit status, setup of the folder, env)
 CATALOGUE = [
-    ("unknown-task", ["task=nope"], "Could not find 'task/nope'", 1, None, {}),
-    ("unknown-backbone", ["backbone=nope"], "Could not find 'backbone/nope'", 1, None, {}),
-    ("unknown-attn", ["attn=softmax"], "Could not find 'attn/softmax'", 1, None, {}),
-    ("unknown-experiment", ["experiment=nope"], "Could not find 'experiment/nope'", 1, None, {}),
+    ("unknown-task", ["task=nope"], "task=nope: no such option in conf/task (options: coco,", 2, None, {}),
+    ("unknown-backbone", ["backbone=vit_digit"], "did you mean vit_digits?", 2, None, {}),
+    (
+        "unknown-attn",
+        ["attn=precon"],
+        "attn=precon: no such option in conf/attn; did you mean precond?",
+        2,
+        None,
+        {},
+    ),
+    (
+        "unknown-experiment",
+        ["experiment=nope"],
+        "experiment=nope: no such option in conf/experiment",
+        2,
+        None,
+        {},
+    ),
     ("unknown-variant-option", ["attn=spectral", "+attn.lamda=3"], "unknown option(s) lamda", 2, None, {}),
     (
         "wrong-type-variant-option",

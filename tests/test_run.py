@@ -126,7 +126,7 @@ def test_two_ddp_processes_match_one_with_the_doubled_batch(tmp_path):
 @pytest.mark.parametrize(
     "args, message, status",
     [
-        (["attn=softmax"], "Could not find 'attn/softmax'", 1),  # Hydra's own message, listing the options
+        (["attn=softmax"], "attn=softmax: no such option in conf/attn", 2),  # src/cli.py, listing the options
         (["attn=spectral", "attn.lam=ten"], "option lam='ten' must be float", 2),
         (["backbone=vit_base"], "task=digits and backbone=vit_base are incompatible", 2),
         (["task=imagenet", "paths.data_dir=nowhere"], "missing data folder nowhere/imagenet/train", 2),

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig
 
+from src import resolvers  # noqa: F401  ${cpus_at_most:…} (trainer.num_workers) and the others
 from src.errors import ConfigError
 
 CHOICES = {
@@ -46,6 +47,7 @@ class TrainerSchema:
     nonfinite_limit_total: int | None = None
     resume: str = "auto"
     collapse_entropy: float | None = 0.05
+    test_after: str | None = None
 
 
 ConfigStore.instance().store(group="trainer", name="schema", node=TrainerSchema)
@@ -74,3 +76,5 @@ def check_values(cfg: DictConfig) -> None:
     for key, allowed in CHOICES.items():
         if t[key] not in allowed:
             raise ConfigError(f"trainer.{key}={t[key]!r} is not one of {', '.join(allowed)}")
+    if t.get("test_after") not in (None, "best", "last"):
+        raise ConfigError(f"trainer.test_after={t.test_after!r} is not one of best, last, null")

@@ -89,15 +89,15 @@ def find_split(root: Path, split: str, dataset: HubDataset) -> SplitSource:
 
 
 def missing_split_message(root: Path, split: str, dataset: HubDataset, folders: list[Path]) -> str:
+    """Two lines: the files looked for, then the command that gets them."""
     config = f", {dataset.config!r}" if dataset.config else ""
     parquet = ", ".join(f"{f}/{split}-*.parquet" for f in folders)
     return (
-        f"missing {dataset.title} split {split!r} under {root}: looked for a `datasets` save_to_disk "
-        f"copy ({root}/{split}/state.json with its *.arrow files) and for parquet files ({parquet}, "
-        f"as the hub repository {dataset.repo} holds them). On a machine with internet: "
-        f"python -c \"import datasets; datasets.load_dataset('{dataset.repo}'{config})"
-        f".save_to_disk('{root.name}')\", then copy the folder {root.name}/ to {root} "
-        "(or set paths.data_dir / DATA_DIR to the folder that holds it)"
+        f"missing {dataset.title} split {split!r}: looked for {root}/{split}/state.json with *.arrow "
+        f"(datasets' save_to_disk) and for {parquet} (the hub's {dataset.repo} layout)\n"
+        f'get it on a machine with internet: python -c "import datasets; '
+        f"datasets.load_dataset('{dataset.repo}'{config}).save_to_disk('{root.name}')\", "
+        f"copy {root.name}/ to {root} (or set DATA_DIR to its parent)"
     )
 
 

@@ -89,13 +89,16 @@ class LanguageModelling(Task):
 
     def datasets(self, data_dir: Path) -> tuple[TokenWindows, TokenWindows]:
         train, val = self.token_arrays(Path(data_dir))
-        for split, tokens in (("training", train), ("validation", val)):
-            if len(tokens) <= self.seq_len:
-                raise DataError(
-                    f"task {self.name}: the {split} split has {len(tokens)} tokens, fewer than one window "
-                    f"of task.seq_len={self.seq_len} + 1"
-                )
-        return TokenWindows(train, self.seq_len), TokenWindows(val, self.seq_len)
+        return self.windows(train, "training"), self.windows(val, "validation")
+
+    def windows(self, tokens: np.ndarray, split: str) -> TokenWindows:
+        """The windows of a split's tokens; a :class:`DataError` when it has less than one."""
+        if len(tokens) <= self.seq_len:
+            raise DataError(
+                f"task {self.name}: the {split} split has {len(tokens)} tokens, fewer than one window "
+                f"of task.seq_len={self.seq_len} + 1"
+            )
+        return TokenWindows(tokens, self.seq_len)
 
     def token_arrays(self, data_dir: Path) -> tuple[np.ndarray, np.ndarray]:
         """The training and validation token arrays; sets ``self.tokenizer``."""
@@ -178,10 +181,12 @@ class CharCorpus(LanguageModelling):
 class HubTextCorpus(LanguageModelling):
     """A text data set of the Hugging Face hub, read from a copy on disk under
     ``${paths.data_dir}/<folder>`` (see :mod:`tasks.lm.corpora` for the layouts), tokenised
-    once per tokenizer into ``<cache_dir>/<folder>/<tokenizer>-<fingerprint>/<split>.bin``."""
+    once per tokenizer into ``<cache_dir>/<folder>/<tokenizer>-<fingerprint>/<split>.bin``.
+    Where the corpus has a test split (:attr:`test_split`), evaluation reads it the same way."""
 
     dataset: HubDataset
     separate_documents: bool
+    test_split: str | None = None  # the hub's name of the corpus's test split, where it has one
 
     def __init__(
         self,
@@ -194,19 +199,45 @@ class HubTextCorpus(LanguageModelling):
         super().__init__(**kwargs)
         self.folder, self.train_split, self.val_split, self.column = folder, train_split, val_split, column
 
+    @property
+    def eval_splits(self) -> tuple[str, ...]:
+        return ("val", "test") if self.test_split else ("val",)
+
+    def eval_dataset(self, data_dir: Path, split: str) -> TokenWindows:
+        """``val``: the validation windows; ``test``: the corpus's test split, tokenised (once)
+        and cached beside the others."""
+        self.check_split(split)
+        if split == "val":
+            return super().eval_dataset(data_dir, split)
+        (tokens,) = self.split_tokens(Path(data_dir), (self.test_split,))
+        return self.windows(tokens, self.test_split)
+
     def token_arrays(self, data_dir: Path) -> tuple[np.ndarray, np.ndarray]:
+        train, val = self.split_tokens(data_dir, (self.train_split, self.val_split))
+        return train, val
+
+    def split_tokens(self, data_dir: Path, splits: tuple[str, ...]) -> list[np.ndarray]:
+        """The token arrays of ``splits`` (the hub's names), tokenised once into the cache;
+        sets ``self.tokenizer`` (a ``bpe`` one is trained on the train split)."""
         root = data_dir / self.folder
         try:  # the train split first: where it is missing, the whole copy usually is
-            sources = [find_split(root, split, self.dataset) for split in (self.train_split, self.val_split)]
+            sources = [find_split(root, split, self.dataset) for split in splits]
         except DataError as missing:
             if self.tokenizer_kind == "gpt2" and not gpt2_files_present(data_dir / self.gpt2_dir):
-                raise DataError(f"{missing}\n{missing_gpt2_message(data_dir / self.gpt2_dir)}") from None
+                also = missing_gpt2_message(data_dir / self.gpt2_dir, also=True)
+                raise DataError(f"{missing}\n{also}") from None
             raise
         cache = self.cache_root(data_dir) / Path(self.folder).name
-        self.tokenizer = tok = self.load_tokenizer(data_dir, lambda: sources[0].batches(self.column), cache)
+
+        def train_texts():  # what a bpe tokenizer not trained yet learns from
+            found = dict(zip(splits, sources, strict=True))
+            train = found.get(self.train_split) or find_split(root, self.train_split, self.dataset)
+            return train.batches(self.column)
+
+        self.tokenizer = tok = self.load_tokenizer(data_dir, train_texts, cache)
         folder = cache / f"{tok.name}-{tok.fingerprint}"
         arrays = []
-        for split, source in zip((self.train_split, self.val_split), sources, strict=True):
+        for split, source in zip(splits, sources, strict=True):
             fingerprint = {"layout": source.kind, "files": source.fingerprint(), "column": self.column}
             tokens = cached_tokens(
                 folder / split,
@@ -219,7 +250,7 @@ class HubTextCorpus(LanguageModelling):
         # Tokenising is done: DataLoader workers forked from here never tokenise (and this
         # silences `tokenizers`' warning about forking after its thread pool was used).
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        return arrays[0], arrays[1]
+        return arrays
 
 
 class TinyStories(HubTextCorpus):
@@ -235,3 +266,4 @@ class WikiText103(HubTextCorpus):
 
     dataset = HubDataset("WikiText-103", "Salesforce/wikitext", "wikitext-103-raw-v1")
     separate_documents = False
+    test_split = "test"

@@ -105,15 +105,19 @@ def load_gpt2(folder: Path) -> BPETokenizer:
     return bpe
 
 
-def missing_gpt2_message(folder: Path) -> str:
+def missing_gpt2_message(folder: Path, also: bool = False) -> str:
+    """Where GPT-2's BPE files were looked for and how to get them: two lines, or one when
+    ``also`` (the line added to a missing data set's message)."""
+    looked = f"{folder}/vocab.json + merges.txt, {folder}/encoder.json + vocab.bpe or {folder}/tokenizer.json"
+    fetch = f"hf download openai-community/gpt2 vocab.json merges.txt --local-dir {folder}"
+    if also:
+        return f"GPT-2's BPE files are missing too ({looked}): {fetch}, or offline task.tokenizer=bpe"
     return (
-        f"GPT-2's BPE files are not in {folder}: looked for {folder}/vocab.json + merges.txt, "
-        f"{folder}/encoder.json + vocab.bpe, or {folder}/tokenizer.json. No package installable "
-        "offline ships them (tiktoken downloads them at first use). On a machine with internet: "
-        f"`hf download openai-community/gpt2 vocab.json merges.txt --local-dir {folder}` (or OpenAI's "
-        "encoder.json and vocab.bpe from https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/), "
-        "then copy the folder here. Offline alternative: task.tokenizer=bpe trains a byte-level BPE "
-        "of the same size on the training split (a different vocabulary: its losses are not GPT-2's)"
+        f"GPT-2's BPE files are not in {folder}: looked for {looked}. "
+        "No package installable offline ships them\n"
+        f"on a machine with internet: {fetch} (or OpenAI's encoder.json and vocab.bpe from "
+        "https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/); offline: task.tokenizer=bpe "
+        "trains a BPE of the same size on the training split (not GPT-2's vocabulary, nor its losses)"
     )
 
 

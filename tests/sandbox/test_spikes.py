@@ -90,9 +90,11 @@ class PlantedSpike:
 
 def plant_spike(monkeypatch, at: int, factor: float) -> None:
     build = shared_loop.build_scheduler
-    monkeypatch.setattr(
-        shared_loop, "build_scheduler", lambda cfg, opt, *a: PlantedSpike(build(cfg, opt, *a), opt, at, factor)
-    )
+
+    def planted(cfg, opt, *rest):
+        return PlantedSpike(build(cfg, opt, *rest), opt, at, factor)
+
+    monkeypatch.setattr(shared_loop, "build_scheduler", planted)
 
 
 def spike_steps(run_dir) -> list[int]:

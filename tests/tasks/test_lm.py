@@ -19,7 +19,7 @@ from smoke.lm import documents, lines, write_gpt2_format_bpe, write_parquet, wri
 from src.engine import checkpoint, train
 from src.engine.generated import file_lock
 from src.engine.record import read_metrics
-from src.errors import DataError
+from src.errors import ConfigError, DataError
 from tasks.lm import CharCorpus, TinyStories, WikiText103
 from tasks.lm.cache import TokenWindows, cached_tokens, unigram_entropy
 from tasks.lm.corpora import HubDataset, find_split, pydoc_topics_text
@@ -48,6 +48,20 @@ def hub_copies(tmp_path_factory) -> Path:
     )
     write_gpt2_format_bpe(root / "tokenizers" / "gpt2", train)
     return root
+
+
+def test_wikitext_test_split_is_tokenised_by_the_same_cache_and_tinystories_has_none(hub_copies, tmp_path):
+    train, val = documents()
+    wiki = tmp_path / "wikitext103" / "wikitext-103-raw-v1"
+    write_parquet(wiki, {"train": lines(train), "validation": lines(val), "test": lines(val)})
+    (tmp_path / "tokenizers").symlink_to(hub_copies / "tokenizers")
+    task = wikitext()
+    test, valid = task.eval_dataset(tmp_path, "test"), task.eval_dataset(tmp_path, "val")
+    np.testing.assert_array_equal(np.asarray(test.tokens), np.asarray(valid.tokens))  # same rows, same ids
+    assert len(list((tmp_path / "cache" / "lm" / "wikitext103").glob("*/test.bin"))) == 1
+    assert task.eval_splits == ("val", "test") and tinystories().eval_splits == ("val",)
+    with pytest.raises(ConfigError, match="no 'test' split.*its splits are val"):
+        tinystories().eval_dataset(hub_copies, "test")
 
 
 def split_documents(tokens: np.ndarray, eot: int) -> list[np.ndarray]:

@@ -1,0 +1,99 @@
+"""Hydra's submitit SLURM launcher, with sbatch's refusal as one line instead of a traceback.
+
+When sbatch refuses the jobs (a partition that does not exist, more GPUs or CPUs than a node
+has, an account it does not know), submitit raises ``FailedJobError`` from deep inside Hydra's
+sweep. :class:`SlurmLauncher` prints ``error:`` with sbatch's own message, prefixed with the
+options to change, and exits with status 2, as ``launch/callbacks.py``'s ``LauncherCheck``
+does for a missing SLURM.
+
+Hydra instantiates launchers only from the ``hydra_plugins`` package, so ``hydra/launcher=slurm``
+keeps submitit's ``_target_``; the callback :class:`OneLineSubmissionErrors` (``conf/config.yaml``)
+makes Hydra build :class:`SlurmLauncher` for it when a sweep starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from hydra.core.plugins import Plugins
+from hydra.core.utils import JobReturn
+from hydra.experimental.callback import Callback
+from hydra_plugins.hydra_submitit_launcher import submitit_launcher
+from omegaconf import DictConfig
+
+from src.errors import ConfigError
+
+SUBMITIT_SLURM = "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"
+ADVICE = (
+    "hydra/launcher=slurm: sbatch refused the jobs; check hydra.launcher.partition, account, qos, "
+    "gpus_per_node, cpus_per_task, mem_gb and timeout_min against the cluster (sinfo -o '%P %G %c %m %l')"
+)
+
+
+class SlurmLauncher(submitit_launcher.SlurmLauncher):
+    """submitit's SLURM launcher whose submission errors end the sweep in one line."""
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        """Submit the jobs and wait for them; a refused submission is one message and exit 2."""
+        from submitit.core.utils import FailedJobError, FailedSubmissionError
+
+        try:
+            with quiet_submission():
+                return super().launch(job_overrides, initial_job_idx)
+        except (FailedJobError, FailedSubmissionError) as error:
+            if not submission_failed(error):
+                raise
+            message = refusal_message(error)
+            print(f"error: {message}", file=sys.stderr)
+            raise SystemExit(2) from ConfigError(message)
+
+
+class OneLineSubmissionErrors(Callback):
+    """At the start of a sweep, make Hydra build :class:`SlurmLauncher` where the config names
+    submitit's (Hydra looks launchers up by that name in its plugin registry)."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        target = str(config.hydra.launcher.get("_target_", ""))
+        if target == SUBMITIT_SLURM:
+            Plugins.instance().class_name_to_class[target] = SlurmLauncher
+
+
+def submission_failed(error: BaseException) -> bool:
+    """Whether ``error`` came from sbatch, not from a job that ran and failed."""
+    from submitit.core.utils import FailedSubmissionError
+
+    if isinstance(error, FailedSubmissionError):  # sbatch answered something without a job id
+        return True
+    command = getattr(error.__cause__, "cmd", None) or [""]
+    return Path(str(command[0])).name == "sbatch"
+
+
+def refusal_message(error: BaseException) -> str:
+    """:data:`ADVICE` and sbatch's own words (its stderr, or the output submitit could not read)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    said = " ".join(lines[:3]) or "no message"
+    return f"{ADVICE}: {said}"
+
+
+@contextlib.contextmanager
+def quiet_submission() -> Iterator[None]:
+    """While sbatch runs, keep submitit from copying its stderr to ours (the message comes once,
+    in :meth:`SlurmLauncher.launch`); the wait for the jobs that follows is left alone."""
+    from submitit.slurm.slurm import SlurmExecutor
+
+    original = SlurmExecutor._submit_command
+
+    def submit(self: Any, command: str) -> Any:
+        with contextlib.redirect_stderr(io.StringIO()):
+            return original(self, command)
+
+    SlurmExecutor._submit_command = submit  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        SlurmExecutor._submit_command = original  # type: ignore[method-assign]

@@ -1,0 +1,63 @@
+"""OmegaConf resolvers the configs use: ``${cpus_at_most:4}``, ``${at_least:1,…}``, ``${run_folder:…}``.
+
+Importing this module registers them. ``src/run.py`` imports it (so do the SLURM jobs, which
+unpickle ``src.run.main``), and so does ``src/engine/schema.py``, which every composition of the
+config imports, tests included.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+from omegaconf import OmegaConf
+
+#: Longest run-folder name kept as it is; file systems refuse names over 255 bytes.
+MAX_FOLDER_BYTES = 200
+HEAD_BYTES, TAIL_BYTES = 60, 120
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask, which SLURM and taskset narrow)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS has no affinity masks
+        return os.cpu_count() or 1
+
+
+def cpus_at_most(limit: int) -> int:
+    """DataLoader workers: ``limit``, but at most one less than the usable CPUs.
+
+    The main process trains on a CPU of its own, so workers get the rest: 1 on a 2-core
+    machine, 0 (load in the main process) on one core. More workers than cores only thrash,
+    and DataLoader warns about them."""
+    return max(0, min(int(limit), usable_cpus() - 1))
+
+
+def at_least(floor: int, value: int | None) -> int:
+    """``value``, but no less than ``floor`` (``null`` counts as ``floor``): SLURM's
+    ``tasks_per_node`` from ``gpus_per_node``, which is 0 on a CPU-only cluster."""
+    return int(floor) if value is None else max(int(floor), int(value))
+
+
+def run_folder(name: str) -> str:
+    """``hydra.job.override_dirname`` as one folder name.
+
+    A group selection such as ``experiment=smoke/digits`` and a path value such as
+    ``backbone.model.pretrained=<run>/checkpoints/last.pt`` carry slashes: they become ``-``,
+    and the quotes and backslashes that protect a value's ``=`` are dropped. A name over
+    :data:`MAX_FOLDER_BYTES` keeps its head and tail around a hash of the whole, so that it stays
+    unique and the same for the same command (a rerun must find its folder again)."""
+    flat = str(name).replace("\\", "").replace("'", "").replace('"', "").replace("/", "-")
+    data = flat.encode()
+    if len(data) <= MAX_FOLDER_BYTES:
+        return flat
+    digest = hashlib.sha1(data).hexdigest()[:8]
+    head = data[:HEAD_BYTES].decode(errors="ignore")
+    tail = data[-TAIL_BYTES:].decode(errors="ignore")
+    return f"{head}~{digest}~{tail}"
+
+
+OmegaConf.register_new_resolver("cpus_at_most", cpus_at_most, replace=True)
+OmegaConf.register_new_resolver("at_least", at_least, replace=True)
+OmegaConf.register_new_resolver("run_folder", run_folder, replace=True)
