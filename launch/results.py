@@ -11,7 +11,6 @@ the curves, and ``python -m launch.bench --quality`` reuses :func:`convergence`.
 
 from __future__ import annotations
 
-import dataclasses
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -85,21 +84,11 @@ def describe(settings: dict) -> str:
 
 
 def variant_options(attn: str, attn_options: dict[str, Any]) -> str:
-    """The options of ``attn`` that differ from its defaults (the variant's dataclass fields,
-    :data:`src.attention.VARIANTS`): ``mode=svd``, ``spectral.lam=1.0`` for a composition's part,
-    ``""`` when all are defaults. A variant not installed here shows every option."""
-    from src.attention import VARIANTS
+    """The options of ``attn`` that differ from its defaults: ``mode=svd``, ``spectral.lam=1.0``
+    for a composition's part, ``""`` when all are defaults (:func:`src.attention.config.changed_options`)."""
+    from src.attention.config import changed_options
 
-    parts = attn.split("+")
-    plain = {k: v for k, v in attn_options.items() if k not in ("variant", "parts") and not k.startswith("_")}
-    per_part = {p: plain.get(p) or {} for p in parts} if len(parts) > 1 else {attn: plain}
-    shown = []
-    for part, given in per_part.items():
-        cls = VARIANTS.get(part)
-        defaults = {f.name: f.default for f in dataclasses.fields(cls)} if cls else {}
-        prefix = f"{part}." if len(parts) > 1 else ""
-        shown += [f"{prefix}{k}={v}" for k, v in given.items() if k not in defaults or defaults[k] != v]
-    return " ".join(shown)
+    return " ".join(f"{k}={v}" for k, v in changed_options(attn, attn_options).items())
 
 
 def variant_label(run: Run) -> str:

@@ -12,13 +12,14 @@ goes through these functions, so the two forms are told apart in one place.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from .compose import Composition, compose, joined
-from .registry import Variant, build
+from .registry import VARIANTS, Variant, build
 
 
 def as_dict(attn: Mapping[str, Any] | DictConfig | None) -> dict[str, Any]:
@@ -73,3 +74,24 @@ def complete(attn: DictConfig) -> Variant | Composition:
                 attn.pop(name, None)
                 attn[name] = options
     return built
+
+
+def changed_options(name: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """The options that differ from the variant's defaults (its dataclass fields), flat and in
+    order: ``{"mode": "svd"}`` for ``spectral``; ``{"spectral.lam": 1.0}`` for a composition
+    (``name`` ``cond_init+spectral``, ``options`` per part, as :func:`attn_options` gives them).
+    Run names, the report's variant column and the dashboard's groups say a variant this way;
+    a variant not installed here keeps all its options."""
+    parts = name.split("+")
+    per_part = {p: options.get(p) or {} for p in parts} if len(parts) > 1 else {name: options}
+    changed = {}
+    for part, given in per_part.items():
+        cls = VARIANTS.get(part)
+        defaults = {f.name: f.default for f in dataclasses.fields(cls)} if cls else {}
+        prefix = f"{part}." if len(parts) > 1 else ""
+        for key, value in given.items():
+            if key in ("variant", "parts") or key.startswith("_"):
+                continue
+            if key not in defaults or defaults[key] != value:
+                changed[prefix + key] = value
+    return changed

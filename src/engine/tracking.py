@@ -21,7 +21,6 @@ from hydra.utils import get_class
 from omegaconf import DictConfig
 
 from src.attention import config as attention
-from src.attention.registry import build
 from src.errors import ConfigError
 
 
@@ -43,17 +42,7 @@ def main_metric(task: DictConfig) -> tuple[str, str]:
 def changed_options(attn: Mapping[str, Any] | DictConfig) -> dict[str, Any]:
     """The options of ``attn`` that differ from its variant's defaults, flat
     (``{"mode": "svd"}``; for a composition ``{"spectral.mode": "svd"}``), in config order."""
-    options = attention.attn_options(attn)
-    if not attention.is_composition(attn):
-        options = {attention.attn_name(attn): options}
-    changed = {}
-    for part, values in options.items():
-        defaults = build(part).options()
-        for key, value in (values or {}).items():
-            if key not in defaults or defaults[key] != value:
-                name = f"{part}.{key}" if attention.is_composition(attn) else key
-                changed[name] = value
-    return changed
+    return attention.changed_options(attention.attn_name(attn), attention.attn_options(attn))
 
 
 def variant_label(attn: Mapping[str, Any] | DictConfig) -> str:
