@@ -45,7 +45,7 @@ def start_line(cfg: DictConfig, run_dir: Path, kind: str, step: int, total: int 
         how = "fresh (the earlier session left no checkpoint)"
     else:
         how = "fresh"
-    return f"train {what_trains(cfg)} · {how} · {run_dir}"
+    return f"train {what_trains(cfg)} · {how} · {shown(run_dir)}"
 
 
 def result_text(summary: dict[str, Any]) -> str:
@@ -63,16 +63,26 @@ def end_line(summary: dict[str, Any], run_dir: Path) -> str:
     """The main metric, final and best, the steps and training time, the record's path."""
     wall = summary.get("wall_s")
     took = f" in {clock(wall)}" if isinstance(wall, (int, float)) else ""
-    return f"done: {result_text(summary)} · {summary.get('steps')} steps{took} · {run_dir / 'summary.json'}"
+    record = shown(run_dir / "summary.json")
+    return f"done: {result_text(summary)} · {summary.get('steps')} steps{took} · {record}"
 
 
 def complete_line(cfg: DictConfig, summary: dict[str, Any], run_dir: Path) -> str:
     """A rerun of a completed record: what it holds and how to train it again."""
     return (
         f"already complete: {what_trains(cfg)} · {result_text(summary)}, {summary.get('steps')} steps · "
-        f"{run_dir / 'summary.json'}. Nothing to train; to start over add trainer.resume=restart "
+        f"{shown(run_dir / 'summary.json')}. Nothing to train; to start over add trainer.resume=restart "
         "(the record moves to superseded/, nothing is deleted)"
     )
+
+
+def shown(path: Path) -> str:
+    """``path`` relative to the working folder when it lies inside it (Hydra's run folders are
+    absolute), else as it is."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
 
 
 def number(value: Any) -> str:

@@ -89,4 +89,4 @@ def test_a_job_log_and_a_multirun_say_it_all_without_a_terminal(tmp_path):
         assert "] - train digits · vit_digits · " in log_lines[0]
         assert any("digits step 20/20 (100%)" in line for line in log_lines)
         took = f"0:{round(summary['wall_s']):02d}"
-        assert log_lines[-1].endswith(f"· 20 steps in {took} · {summary_path}")
+        assert log_lines[-1].endswith(f"· 20 steps in {took} · {summary_path.relative_to(tmp_path)}")
