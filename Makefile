@@ -40,8 +40,11 @@ detection: ## install the detection extra, building mmcv 2.1.0's ops once (~30 m
 run: ## train the embedded default (digits, attn=precond); ARGS="attn=spectral …" adds overrides
 	$(PYTHON) -m src.run $(ARGS)
 
-test: ## run the tests (the slow ones excluded; a few minutes)
-	$(PYTHON) -m pytest -m "not slow"
+# the fast tests on up to 4 processes (pytest-xdist; a module's tests stay together, so its fixtures
+# are built once), each on one torch thread: their tiny models run fastest so
+TEST_WORKERS ?= auto --maxprocesses 4
+test: ## run the tests (the slow ones excluded; about 8 minutes on 2 cores)
+	OMP_NUM_THREADS=1 $(PYTHON) -m pytest -m "not slow" -n $(TEST_WORKERS) --dist loadscope
 
 test-slow: ## run only the slow tests (long end-to-end runs, full-size backbones)
 	$(PYTHON) -m pytest -m slow

@@ -42,7 +42,7 @@ CHECKPOINTS = ("best", "last")
 
 
 @torch.no_grad()
-def evaluate_counted(
+def evaluate(
     task: Task,
     model: nn.Module,
     dataset: Dataset,
@@ -75,19 +75,6 @@ def evaluate_counted(
         means.update(task.derived_metrics(means))
     samples = int(dist.all_sum(torch.tensor(samples, device=dist.device)).item())
     return {key.replace("val/", f"{prefix}/", 1): value for key, value in means.items()}, samples
-
-
-def evaluate(
-    task: Task,
-    model: nn.Module,
-    dataset: Dataset,
-    dist: Dist,
-    autocast: Any,
-    eval_batches: int | None = None,
-    prefix: str = "val",
-) -> dict[str, float]:
-    """The metrics of :func:`evaluate_counted` alone."""
-    return evaluate_counted(task, model, dataset, dist, autocast, eval_batches, prefix)[0]
 
 
 def batch_size(batch: Any) -> int:
@@ -173,7 +160,7 @@ def evaluate_checkpoint(
     the content of ``eval-<split>.json`` (the EMA weights, where saved, as ``<split>_ema/…``)."""
     started = time.monotonic()
     step, ema = load_weights(model, path, dist.device)
-    metrics, samples = evaluate_counted(task, model, dataset, dist, autocast, eval_batches, prefix=split)
+    metrics, samples = evaluate(task, model, dataset, dist, autocast, eval_batches, prefix=split)
     if ema is not None:
         metrics.update(evaluate(task, ema, dataset, dist, autocast, eval_batches, prefix=f"{split}_ema"))
     return {

@@ -233,9 +233,10 @@ class Trainer:
     def evaluate(self, model: nn.Module, prefix: str = "val") -> dict[str, float]:
         """The task's metrics over the validation set (or ``eval_batches`` of it), all processes;
         computed by :func:`src.engine.evaluation.evaluate`, as ``python -m src.eval`` does."""
-        return evaluation.evaluate(
+        metrics, _ = evaluation.evaluate(
             self.task, model, self.val_set, self.dist, self.autocast, self.cfg.eval_batches, prefix
         )
+        return metrics
 
     def _validate(self) -> None:
         metrics = self.evaluate(self.model)
