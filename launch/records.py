@@ -150,7 +150,7 @@ def read_run(folder: Path) -> Run:
         run.best = {k: v for k, v in (summary.get("best") or {}).items() if v is not None}
         if isinstance(summary.get("attn_options"), dict):
             run.attn_options = summary["attn_options"]
-        run.evals = read_evals(folder)
+        run.evals = read_evals(folder, summary)
         if run.status == "failed" and not RunRecord(folder, enabled=False).has_trained():
             run.status = "failed to start"
     elif run.rows:
@@ -191,24 +191,34 @@ def seed_keys(folder: Path) -> list[str]:
     return [key for key, value in flatten(raw).items() if value == "${seed}"]
 
 
-def read_evals(folder: Path) -> dict[str, dict[str, Any]]:
-    """``{split: record}`` of the folder's ``eval-<split>.json`` files; a damaged one is left out
-    with a warning (the report then uses validation numbers for that run)."""
+def read_evals(folder: Path, summary: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
+    """``{split: record}`` of the folder's ``eval-<split>.json`` files; a damaged one, or one of a
+    checkpoint the record no longer names (:func:`stale_eval`), is left out with a warning."""
     evals = {}
     for path in sorted(folder.glob("eval-*.json")):
         try:
             record = json.loads(path.read_text())
             if not isinstance(record.get("metrics"), dict) or record.get("metric") not in record["metrics"]:
                 raise ValueError("no 'metrics' holding its 'metric'")
+            stale_eval(record, summary or {})
         except (ValueError, AttributeError) as error:
             warnings.warn(
-                f"{path} is unreadable ({error}); its run is reported on validation: rerun "
+                f"{path} is left out ({error}); its run is reported on validation: rerun "
                 f"`python -m src.eval {folder} split={path.stem.removeprefix('eval-')}`",
                 stacklevel=2,
             )
             continue
         evals[record.get("split") or path.stem.removeprefix("eval-")] = record
     return evals
+
+
+def stale_eval(record: dict[str, Any], summary: dict[str, Any]) -> None:
+    """A ``ValueError`` when the evaluated checkpoint's step is not the one ``summary`` names for it
+    (``best``: the best validation's step; ``last``: the steps trained): the run went on since."""
+    which, step = record.get("checkpoint"), record.get("checkpoint_step")
+    expected = {"best": (summary.get("best") or {}).get("step"), "last": summary.get("steps")}.get(which)
+    if expected is not None and step != expected:
+        raise ValueError(f"it measured the {which} checkpoint at step {step}, the record's at {expected}")
 
 
 def last_failure(folder: Path) -> str | None:

@@ -70,7 +70,20 @@ def test_the_table_says_each_split_and_one_seed_has_no_spread(sweep):
 def test_a_damaged_eval_file_is_named_and_the_run_falls_back_to_validation(tmp_path):
     folder = write_run(tmp_path, "standard", 0, [0.5] * 10)
     (folder / "eval-test.json").write_text('{"split": "test", "metrics": {}}')
-    with pytest.warns(UserWarning, match="eval-test.json is unreadable.*split=test"):
+    with pytest.warns(UserWarning, match="eval-test.json is left out .no .metrics. holding.*split=test"):
+        (run,) = read_runs([tmp_path])
+    assert (run.reported.split, run.reported.value) == ("val", 0.5)
+
+
+def test_an_eval_of_another_checkpoint_than_the_records_is_left_out(tmp_path):
+    folder = write_run(tmp_path, "standard", 0, [0.5, 0.6, 0.55] + [0.5] * 7, test=0.7)
+    assert json.loads((folder / "eval-test.json").read_text())["checkpoint_step"] == STEPS[1]
+    (run,) = read_runs([tmp_path])
+    assert (run.reported.split, run.reported.value) == ("test", 0.7)
+    summary = json.loads((folder / "summary.json").read_text())
+    summary["best"]["step"] = STEPS[5]  # the run went on and found a better checkpoint since
+    (folder / "summary.json").write_text(json.dumps(summary))
+    with pytest.warns(UserWarning, match=f"best checkpoint at step {STEPS[1]}, the record's at {STEPS[5]}"):
         (run,) = read_runs([tmp_path])
     assert (run.reported.split, run.reported.value) == ("val", 0.5)
 

@@ -64,7 +64,8 @@ def write_run(
         (folder / "summary.json").write_text(json.dumps(summary))
     if test is not None:
         evaluation = {
-            **{"split": "test", "checkpoint": "best", "checkpoint_step": 600, "metric": "test/acc"},
+            **{"split": "test", "checkpoint": "best", "checkpoint_step": summary["best"]["step"]},
+            "metric": "test/acc",
             **{"metric_mode": "max", "metrics": {"test/acc": test, "test/loss": 1.2}, "samples": 2000},
             **{"task": task, "wall_s": 3.2, "time": "2026-12-01 21:40:00", "git": "abc123"},
         }
