@@ -6,15 +6,11 @@ line is the mean over seeds of one variant with one option set, with a band. The
 panels plot the conditioning monitor's model-wide medians (:mod:`src.conditioning.monitor`).
 
 :func:`spec_json` is the library's own serialisation (the models it sends when it saves) and
-:func:`load_spec` reads it back into the library's models. :func:`offline_run` reads an offline
-run's ``run-*.wandb`` file, to check that every panel names a key that a run sends.
+:func:`load_spec` reads it back into the library's models.
 """
 
 from __future__ import annotations
 
-import json
-import struct
-from pathlib import Path
 from typing import Any
 
 import wandb_workspaces.reports.v2 as wr
@@ -144,41 +140,3 @@ def panel_metrics(view: ws.Workspace) -> dict[str, list[str]]:
         for section in view.sections
         for p in section.panels
     }
-
-
-def offline_run(wandb_file: Path) -> tuple[set[str], dict[str, Any]]:
-    """The history keys and the final summary of an offline run's ``run-*.wandb`` file: a
-    LevelDB-style log (7-byte header, 32 KiB blocks of CRC, length, type chunks) of W&B's
-    ``Record`` protobufs, the file ``wandb sync`` uploads."""
-    from wandb.proto import wandb_internal_pb2 as pb
-
-    keys: set[str] = set()
-    summary: dict[str, Any] = {}
-    for record in _records(Path(wandb_file).read_bytes(), pb.Record):
-        kind = record.WhichOneof("record_type")
-        if kind == "history":
-            keys |= {item.key or ".".join(item.nested_key) for item in record.history.item}
-        elif kind == "summary":
-            for item in record.summary.update:
-                summary[item.key or ".".join(item.nested_key)] = json.loads(item.value_json)
-    return {k for k in keys if not k.startswith("_")}, summary
-
-
-def _records(data: bytes, record_type: type) -> Any:
-    """The protobuf records of a ``.wandb`` file's bytes ``data``."""
-    if data[:4] != b":W&B":
-        raise ValueError("not a W&B run file (no ':W&B' header)")
-    block, pos, pending = 32768, 7, b""
-    while pos + 7 <= len(data):
-        left = block - pos % block
-        _, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
-        if left < 7 or (length == 0 and kind == 0):  # the block's zero-padded tail
-            pos += left
-            continue
-        pending += data[pos + 7 : pos + 7 + length]
-        pos += 7 + length
-        if kind in (1, 4):  # a whole record, or the last chunk of one
-            record = record_type()
-            record.ParseFromString(pending)
-            pending = b""
-            yield record

@@ -8,8 +8,8 @@ import shutil
 import pytest
 import wandb
 from conftest import compose
+from wandb_file import offline_run
 
-from launch.dashboard_spec import offline_run
 from src.engine import train
 from src.engine.record import read_metrics
 from src.engine.tracking import main_metric, run_config, run_name, run_tags

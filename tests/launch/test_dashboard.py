@@ -7,9 +7,10 @@ import json
 
 import pytest
 from conftest import compose
+from wandb_file import offline_run
 
 from launch import dashboard
-from launch.dashboard_spec import load_spec, offline_run, panel_metrics, spec_json
+from launch.dashboard_spec import load_spec, panel_metrics, spec_json
 from launch.paper import PAPER
 from src.engine import train
 
