@@ -93,7 +93,7 @@ def test_help_prints_the_listing_and_exits_0_while_hydra_help_stays_hydras(capsy
         ("reading=precnd", "conf/reading; did you mean precond or precond_gain?"),
         ("hydra/launcher=slrm", "conf/hydra/launcher; did you mean slurm?"),
         ("task=glob(lm_*x)", "task=glob(lm_*x): matches no option in conf/task"),
-        ("backbone=resnet", "backbone=resnet: no such option in conf/backbone (options: davit_base,"),
+        ("backbone=resnet", "backbone=resnet: no such option in conf/backbone (options: crammed_bert,"),
     ],
 )
 def test_a_selection_that_names_no_file_says_which_ones_exist(override, message):
