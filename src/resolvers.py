@@ -1,4 +1,5 @@
-"""OmegaConf resolvers the configs use: ``${cpus_at_most:4}``, ``${at_least:1,…}``, ``${run_folder:…}``.
+"""OmegaConf resolvers the configs use: ``${cpus_at_most:4}``, ``${at_least:1,…}``, ``${run_folder:…}``,
+``${pretrained_by:…}``.
 
 Importing this module registers them. ``src/run.py`` imports it (so do the SLURM jobs, which
 unpickle ``src.run.main``), and so does ``src/engine/schema.py``, which every composition of the
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from pathlib import Path
 
 from omegaconf import OmegaConf
 
@@ -58,6 +60,44 @@ def run_folder(name: str) -> str:
     return f"{head}~{digest}~{tail}"
 
 
+def sibling_run(run_dir: str, task: str, seed: int) -> str:
+    """The folder of the run that the same command made for ``task`` and ``seed``: same backbone,
+    variant and overrides, e.g. the ``mlm`` pretraining run a GLUE fine-tuning starts from.
+
+    Run folders are ``<base>/<task>/<backbone>/<variant>/seed=<s>[/<overrides>]`` (``conf/config.yaml``,
+    ``hydra.run.dir`` and ``hydra.sweep.subdir``); the sibling swaps ``<task>`` and ``seed=<s>``."""
+    path = Path(run_dir)
+    overrides = None if path.name.startswith("seed=") else path.name
+    seed_dir = path if overrides is None else path.parent
+    if not seed_dir.name.startswith("seed="):
+        raise ValueError(f"sibling_run: {run_dir} is not a run folder <task>/<backbone>/<variant>/seed=<s>")
+    variant_dir = seed_dir.parent
+    base = variant_dir.parent.parent.parent
+    sibling = base / task / variant_dir.parent.name / variant_dir.name / f"seed={seed}"
+    return str(sibling / overrides if overrides else sibling)
+
+
+def pretrained_by(pretrain_task: str, seed: int, task: str) -> str | None:
+    """``backbone.model.pretrained`` of a pipeline sweep: the ``checkpoints/last.pt`` of the run the same
+    command makes for ``pretrain_task`` and ``seed`` (:func:`sibling_run` of this job's folder, which
+    Hydra knows), or None in that run itself.
+
+    ``experiment=glue_tiny`` sets it to ``${pretrained_by:mlm_tiny,${seed},${task.name}}``: its
+    ``mlm_tiny`` runs pretrain, its GLUE runs fine-tune from the one of their variant and seed."""
+    if task == pretrain_task:
+        return None
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        raise ValueError(
+            "pretrained_by: no run folder to find the pretraining run from (Hydra's, set in a run of "
+            "python -m src.run); set backbone.model.pretrained to a checkpoint instead"
+        )
+    run_dir = HydraConfig.get().runtime.output_dir
+    return str(Path(sibling_run(run_dir, pretrain_task, seed)) / "checkpoints" / "last.pt")
+
+
 OmegaConf.register_new_resolver("cpus_at_most", cpus_at_most, replace=True)
 OmegaConf.register_new_resolver("at_least", at_least, replace=True)
 OmegaConf.register_new_resolver("run_folder", run_folder, replace=True)
+OmegaConf.register_new_resolver("pretrained_by", pretrained_by, replace=True)

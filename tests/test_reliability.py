@@ -259,6 +259,38 @@ def truncated_token_cache(root: Path) -> None:
     array.write_bytes(array.read_bytes()[: array.stat().st_size // 2])
 
 
+def glue_row_added(task: str, row: str):
+    """GLUE's official files of ``task`` (tests/glue_fixtures.py), ``row`` added to train.tsv."""
+
+    def setup(root: Path) -> None:
+        from glue_fixtures import TASKS, write_lines, write_official
+
+        write_official(root, tasks=(task,))
+        train = root / "glue_data" / TASKS[task][0] / "train.tsv"
+        lines = train.read_text(encoding="utf-8-sig").splitlines()
+        write_lines(train, [*lines[:2], row, *lines[2:]])
+
+    return setup
+
+
+def mnli_without_mismatched(root: Path) -> None:
+    from glue_fixtures import write_official
+
+    write_official(root, tasks=("mnli",))
+    (root / "glue_data" / "MNLI" / "dev_mismatched.tsv").unlink()
+
+
+def corpus_without_text(root: Path) -> None:
+    """The mlm corpus in the hub's parquet layout, its column named ``content``."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder = root / "wikipedia" / "20231101.en"
+    folder.mkdir(parents=True)
+    table = pa.table({"content": ["a document .", "another ."]})
+    pq.write_table(table, folder / "train-00000-of-00001.parquet")
+
+
 def split_options(args: list[str]) -> tuple[list[str], list[str]]:
     """Hydra's own options (``--config-dir DIR``), which go before the overrides, and the rest."""
     cut = args.index("--config-dir") + 2 if "--config-dir" in args else 0
@@ -505,6 +537,46 @@ CATALOGUE = [
         2,
         shapes_as_coco,
         {"needs": "mmdet"},
+    ),
+    (
+        "glue-tsv-wrong-column-count",
+        ["task=glue_rte", "paths.data_dir=."],
+        "RTE/train.tsv:3: expected 4 columns (index sentence1 sentence2 label), got 2",
+        2,
+        glue_row_added("rte", "7\tonly two"),
+        {},
+    ),
+    (
+        "glue-label-outside-the-set",
+        ["task=glue_rte", "paths.data_dir=."],
+        "RTE/train.tsv:3: label 'maybe' is not one of entailment, not_entailment",
+        2,
+        glue_row_added("rte", "7\ta\tb\tmaybe"),
+        {},
+    ),
+    (
+        "mnli-without-its-mismatched-dev-set",
+        ["task=glue_mnli", "paths.data_dir=."],
+        "MNLI needs both dev sets, dev_matched.tsv and dev_mismatched.tsv",
+        2,
+        mnli_without_mismatched,
+        {},
+    ),
+    (
+        "corpus-without-text",
+        ["task=mlm", "paths.data_dir=."],
+        "has no column 'text'",
+        2,
+        corpus_without_text,
+        {},
+    ),
+    (
+        "pretrained-checkpoint-missing",
+        ["task=glue_tiny_rte", "backbone.model.pretrained=nowhere/last.pt", "paths.data_dir=."],
+        "backbone.model.pretrained=nowhere/last.pt: no such checkpoint",
+        2,
+        None,
+        {},
     ),
     ("no-gpu", ["trainer.device=cuda"], "no usable CUDA GPU", 2, None, {}),
     (

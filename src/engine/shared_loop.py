@@ -38,6 +38,7 @@ def fit_shared(task: Task, run: Run) -> dict[str, Any]:
     datasets = task.datasets(Path(cfg.paths.data_dir))
     model = task.build_model(cfg.backbone)
     attention.apply(model, attention.variant_from_config(cfg.attn))  # checked and completed by train()
+    task.prepare_model(model)
     model.to(dist.device)
     steps_per_epoch = max(1, len(datasets[0]) // (task.batch_size * dist.world * cfg.trainer.accumulate))
     total_steps = cfg.trainer.max_steps or cfg.trainer.max_epochs * steps_per_epoch

@@ -13,8 +13,9 @@ split through :meth:`Task.eval_dataset`: ``val`` by default, ``test`` where the 
 What a task must give: :meth:`Task.datasets`, :meth:`Task.train_loss`, :meth:`Task.eval_sums`,
 :meth:`Task.model_inputs` (:class:`ClassificationTask` gives the last three for a model that
 returns class logits). What it may change, each a no-op by default: :meth:`Task.collate_fn`,
-:meth:`Task.derived_metrics`, :attr:`Task.tokens_per_sample`, :meth:`Task.after_backward`,
-:meth:`Task.after_validation`, :meth:`Task.state_dict` / :meth:`Task.load_state_dict`.
+:meth:`Task.derived_metrics`, :attr:`Task.tokens_per_sample`, :meth:`Task.prepare_model`,
+:meth:`Task.after_backward`, :meth:`Task.after_validation`, :meth:`Task.state_dict` /
+:meth:`Task.load_state_dict`.
 
 :meth:`Task.fit` trains: by default in the shared loop (:func:`src.engine.shared_loop.fit_shared`);
 detection overrides it to train in mmengine's Runner. Either way the record is opened, its rows
@@ -115,6 +116,11 @@ class Task:
         raise NotImplementedError(f"{type(self).__name__} does not say what its model takes")
 
     # -- hooks: no-ops unless a task needs them ----------------------------------------------
+
+    def prepare_model(self, model: nn.Module) -> None:
+        """Called once after the attention variant is applied and before training starts (a resumed
+        run then loads its checkpoint over it): fine-tuning loads pretrained weights here, where
+        their keys match the variant's parametrizations."""
 
     def collate_fn(self, items: list) -> Any:
         """Samples into a batch (default: torch's ``default_collate``; LRA pads sequences)."""
