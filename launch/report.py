@@ -28,6 +28,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .glue_table import glue_section
 from .paper import P4_EPOCHS_TO_TARGET
 from .plots import plot
 from .records import Run, options, read_runs, read_wandb
@@ -87,7 +88,8 @@ def markdown(cells: list[Cell], conv: list[Convergence], runs: list[Run]) -> str
             f"{v.reached}/{v.seeds} | "
             f"{ratio} | {p4_ratio} |"
         )
-    return "\n".join([*lines, *claims_section(verdicts(runs)), *not_counted(runs)]) + "\n"
+    sections = [*glue_section(runs), *claims_section(verdicts(runs)), *not_counted(runs)]
+    return "\n".join([*lines, *sections]) + "\n"
 
 
 def _cell_row(c: Cell) -> str:
