@@ -104,7 +104,8 @@ def glue_section(runs: list[Run]) -> list[str]:
             spread = f" ± {100 * statistics.stdev(averages):.1f}" if len(averages) > 1 else ""
             average = f"{100 * statistics.fmean(averages):.1f}{spread}"
         attn = next(iter(next(iter(tasks.values())).values())).attn
-        paper = lookup("glue", backbone, attn, "glue/average") if variant == attn else None
+        mine = suite == "glue" and variant == attn  # the papers' average: GLUE's nine tasks, default options
+        paper = lookup("glue", backbone, attn, "glue/average") if mine else None
         cells = [cell(tasks[t], t) if t in tasks else "—" for t in present]
         lines.append(
             f"| {suite} | {backbone} | {variant} | " + " | ".join(cells) + f" | {average} | {len(averages)} "

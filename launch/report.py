@@ -15,7 +15,8 @@ every seed of its experiment has one, else the validation value. Beside the docu
 
 This module writes the documents and is the command; what it prints comes from its neighbours:
 the experiments' numbers (:func:`table`, :func:`convergence`) from :mod:`launch.results`, the
-claims' verdicts and their section from :mod:`launch.verdicts`, the plots from :mod:`launch.plots`.
+claims' verdicts and their section from :mod:`launch.verdicts`, the GLUE section (each variant's GLUE
+tasks and their average) from :mod:`launch.glue_table`, the plots from :mod:`launch.plots`.
 """
 
 from __future__ import annotations
