@@ -94,15 +94,11 @@ def _open(path: Path, dtype: np.dtype, tokens: int) -> np.ndarray:
     return np.memmap(path, dtype=dtype, mode="r", shape=(tokens,)) if tokens else np.zeros(0, dtype)
 
 
-class TokenWindows(Dataset):
-    """Consecutive, non-overlapping windows of ``seq_len + 1`` tokens over a flat token array:
-    item ``i`` is ``tokens[i·L : i·L + L + 1]`` as ``int64`` (inputs ``[:-1]``, targets ``[1:]``).
+class MappedTokens(Dataset):
+    """A data set over a flat token array that DataLoader workers reopen (a memory-mapped array is
+    pickled as its file, not copied)."""
 
-    A memory-mapped array is reopened, not copied, in DataLoader workers.
-    """
-
-    def __init__(self, tokens: np.ndarray, seq_len: int) -> None:
-        self.seq_len = seq_len
+    def __init__(self, tokens: np.ndarray) -> None:
         self._tokens: np.ndarray | None = tokens
         self._file = (tokens.filename, tokens.dtype, tokens.shape) if isinstance(tokens, np.memmap) else None
 
@@ -114,10 +110,17 @@ class TokenWindows(Dataset):
         return self._tokens
 
     def __getstate__(self) -> dict:
-        state = dict(self.__dict__)
-        if self._file is not None:
-            state["_tokens"] = None
-        return state
+        return {**self.__dict__, "_tokens": None} if self._file is not None else dict(self.__dict__)
+
+
+class TokenWindows(MappedTokens):
+    """Consecutive, non-overlapping windows of ``seq_len + 1`` tokens over a flat token array:
+    item ``i`` is ``tokens[i·L : i·L + L + 1]`` as ``int64`` (inputs ``[:-1]``, targets ``[1:]``).
+    """
+
+    def __init__(self, tokens: np.ndarray, seq_len: int) -> None:
+        super().__init__(tokens)
+        self.seq_len = seq_len
 
     def __len__(self) -> int:
         return max(0, (len(self.tokens) - 1) // self.seq_len)

@@ -134,11 +134,18 @@ def train_bpe(texts: Iterable[str], vocab_size: int, path: Path) -> BPETokenizer
         show_progress=False,
     )
     tokenizer.train_from_iterator(texts, trainer)
+    save_tokenizer(tokenizer, path)
+    return BPETokenizer("bpe", tokenizer)
+
+
+def save_tokenizer(tokenizer, path: Path) -> None:
+    """A ``tokenizers.Tokenizer`` saved to ``path`` under a temporary name, then renamed: concurrent
+    runs never collide, and a reader never sees half a file."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f"{path.name}.{os.getpid()}.partial")  # concurrent runs never collide
+    partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
     tokenizer.save(str(partial))
     partial.replace(path)
-    return BPETokenizer("bpe", tokenizer)
 
 
 def load_trained_bpe(path: Path) -> BPETokenizer:

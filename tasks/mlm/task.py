@@ -36,11 +36,10 @@ import torch.nn.functional as F
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 from torch import Tensor, nn
-from torch.utils.data import Dataset
 
 from src.engine.task import Task
 from src.errors import ConfigError, DataError
-from tasks.lm.cache import cached_tokens
+from tasks.lm.cache import MappedTokens, cached_tokens
 from tasks.lm.corpora import HubDataset, SplitSource, find_split
 
 from .masking import indexed_mask_tokens, mask_tokens, masked_logits, unwrap
@@ -54,26 +53,15 @@ from .wordpiece import (
 TOKENIZERS = ("wordpiece", "bert")
 
 
-class PackedSequences(Dataset):
+class PackedSequences(MappedTokens):
     """Non-overlapping sequences of ``seq_len`` tokens of ``tokens[start:stop]``: item ``i`` is
     ``(ids (N,) int64, i)``, the index with which evaluation masks it. A memory-mapped array is
     reopened, not copied, in DataLoader workers."""
 
     def __init__(self, tokens: np.ndarray, seq_len: int, start: int = 0, stop: int | None = None) -> None:
+        super().__init__(tokens)
         self.seq_len, self.start = seq_len, start
         self.stop = len(tokens) if stop is None else stop
-        self._tokens: np.ndarray | None = tokens
-        self._file = (tokens.filename, tokens.dtype, tokens.shape) if isinstance(tokens, np.memmap) else None
-
-    @property
-    def tokens(self) -> np.ndarray:
-        if self._tokens is None:
-            filename, dtype, shape = self._file
-            self._tokens = np.memmap(filename, dtype=dtype, mode="r", shape=shape)
-        return self._tokens
-
-    def __getstate__(self) -> dict:
-        return {**self.__dict__, "_tokens": None} if self._file is not None else dict(self.__dict__)
 
     def __len__(self) -> int:
         return max(0, (self.stop - self.start) // self.seq_len)

@@ -18,13 +18,13 @@ fine-tuning layout, ``[CLS] a [SEP]`` or ``[CLS] a [SEP] b [SEP]``.
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from src.engine.generated import ensure_generated
 from src.errors import DataError
+from tasks.lm.tokenizer import save_tokenizer
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer, models
@@ -146,11 +146,7 @@ def train_wordpiece(texts: Iterable[str], vocab_size: int, path: Path) -> WordPi
         show_progress=False,
     )
     tokenizer.train_from_iterator(texts, trainer)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f"{path.name}.{os.getpid()}.partial")  # concurrent writers never collide
-    tokenizer.save(str(partial))
-    partial.replace(path)
+    save_tokenizer(tokenizer, path)
     return WordPieceTokenizer("wordpiece", tokenizer)
 
 
