@@ -87,13 +87,15 @@ def pretrained_by(pretrain_task: str, seed: int, task: str) -> str | None:
     if task == pretrain_task:
         return None
     from hydra.core.hydra_config import HydraConfig
+    from omegaconf import MissingMandatoryValue
 
-    if not HydraConfig.initialized():
+    try:  # set in a run of src.run (its jobs and SLURM's); unset, or without a folder, elsewhere
+        run_dir = HydraConfig.get().runtime.output_dir
+    except (ValueError, MissingMandatoryValue):
         raise ValueError(
             "pretrained_by: no run folder to find the pretraining run from (Hydra's, set in a run of "
             "python -m src.run); set backbone.model.pretrained to a checkpoint instead"
-        )
-    run_dir = HydraConfig.get().runtime.output_dir
+        ) from None
     return str(Path(sibling_run(run_dir, pretrain_task, seed)) / "checkpoints" / "last.pt")
 
 
