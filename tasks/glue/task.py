@@ -208,6 +208,8 @@ class Glue(Task):
     def derived_metrics(self, means: dict[str, float]) -> dict[str, float]:
         """The official metrics of the predictions this validation gathered (from every process)."""
         outputs, self._outputs = gather(self._outputs), []
+        if not outputs:  # nothing evaluated (on any process)
+            return {}
         predictions, labels, groups = (torch.cat(parts).numpy() for parts in zip(*outputs, strict=True))
         metrics = {}
         for group, suffix in ((0, ""), (1, "_mm")):
