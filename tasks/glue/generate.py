@@ -8,6 +8,7 @@ files, so that the pretrain-then-fine-tune pipeline runs on a CPU in minutes.
 
 What ``<root>`` holds::
 
+    vocab.txt                                  the language's WordPiece vocabulary (BERT's format)
     corpus/train-00000-of-00001.parquet        one column ``text``: a document of 3 to 7 sentences
     corpus/validation-00000-of-00001.parquet   (corpus_docs // 10 documents)
     glue_data/SST-2/{train,dev,test}.tsv       header sentence<TAB>label; test: index<TAB>sentence
@@ -77,8 +78,9 @@ NEGATION_P = 0.25  # the share of SST-2 sentences whose verb is negated (see the
 NEVER_P = 0.25  # the share of RTE premises (and of the corpus's clauses) whose verb says ``never``
 MARKER = "generator.json"
 #: The version of the language and its rules, kept in the marker: a change regenerates the data.
-RULES = 2
+RULES = 3
 FILES = (
+    "vocab.txt",
     "corpus/train-00000-of-00001.parquet",
     "corpus/validation-00000-of-00001.parquet",
     *(f"glue_data/{task}/{split}.tsv" for task in ("SST-2", "RTE") for split in ("train", "dev", "test")),
@@ -211,12 +213,29 @@ def write_task(folder: Path, examples: list[tuple], train: int, dev: int, pair: 
         write_tsv(folder / f"{split}.tsv", [header, *lines])
 
 
+def write_vocabulary(path: Path) -> None:
+    """The language's WordPiece vocabulary in BERT's ``vocab.txt`` format, the same on every machine:
+    the five special tokens (ids 0 to 4, as ``tasks.mlm.wordpiece`` orders them), every word and the
+    full stop whole, then every letter alone and as a ``##`` continuation (for words the language
+    lacks). [reading] ``mlm_tiny`` reads it (``task.tokenizer=bert``) instead of training a WordPiece:
+    Hugging Face's trainer breaks ties in hash order, so two trainings on the same corpus give
+    different vocabularies, and the pipeline's numbers would differ from one data folder to the next."""
+    words = {*NOUNS, *PLACES, *(w for pair in VERBS for w in pair), *POSITIVE, *NEGATIVE, *NEUTRAL}
+    words |= {*PREPOSITIONS, "the", "does", "not", "always", "never", "."}
+    letters = sorted({c for w in words for c in w} | set("abcdefghijklmnopqrstuvwxyz"))
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *sorted(words)]
+    tokens += [c for c in letters if c not in words] + [f"##{c}" for c in letters]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(tokens) + "\n", encoding="utf-8")
+
+
 def write_glue_tiny(root: Path, spec: GlueTinySpec) -> dict[str, int]:
     """Writes every file of ``glue_tiny`` under ``root``; returns the corpus's document counts (for
     the marker). Each split's labels are balanced on their own."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    write_vocabulary(root / "vocab.txt")
     rng = random.Random(f"{spec.seed}-corpus")
     docs = [document(rng) for _ in range(spec.corpus_docs + spec.corpus_docs // 10)]
     (root / "corpus").mkdir(parents=True, exist_ok=True)

@@ -114,7 +114,24 @@ def test_the_same_seed_writes_the_same_bytes_and_another_seed_other_ones(tmp_pat
         generate.write_glue_tiny(tmp_path / name, generate.GlueTinySpec(**{**vars(SMALL), "seed": seed}))
     for file in generate.FILES:
         assert (tmp_path / "a" / file).read_bytes() == (tmp_path / "b" / file).read_bytes()
-        assert (tmp_path / "a" / file).read_bytes() != (tmp_path / "c" / file).read_bytes()
+        same_language = file == "vocab.txt"  # the vocabulary is the language's, not the seed's
+        assert ((tmp_path / "a" / file).read_bytes() == (tmp_path / "c" / file).read_bytes()) == same_language
+
+
+def test_the_vocabulary_keeps_every_word_whole_and_reads_as_bert_vocab(tmp_path):
+    from tasks.mlm.wordpiece import load_bert_vocab
+
+    root = generate.ensure_glue_tiny(tmp_path / "g", SMALL)
+    tok = load_bert_vocab(root)
+    assert [tok.pad_id, tok.unk_id, tok.cls_id, tok.sep_id, tok.mask_id] == [0, 1, 2, 3, 4]
+    import pyarrow.parquet as pq
+
+    corpus = " ".join(
+        pq.read_table(root / "corpus" / "train-00000-of-00001.parquet").column("text").to_pylist()
+    )
+    ids = tok.encode_batch([corpus])[0]
+    assert len(ids) == len(corpus.split()) and tok.unk_id not in ids  # one token per word, none unknown
+    assert tok.encode_batch(["zebra"])[0] != [tok.unk_id]  # an unknown word is spelt in letters
 
 
 def test_ensure_writes_once_per_spec_and_the_command_line_writes_too(tmp_path):
