@@ -43,7 +43,7 @@ run: ## train the embedded default (digits, attn=precond); ARGS="attn=spectral â
 # the fast tests on up to 4 processes (pytest-xdist; a module's tests stay together, so its fixtures
 # are built once), each on one torch thread: their tiny models run fastest so
 TEST_WORKERS ?= auto --maxprocesses 4
-test: ## run the tests (the slow ones excluded; about 9 minutes on 2 cores)
+test: ## run the tests (the slow ones excluded; about 8 minutes on 2 cores)
 	OMP_NUM_THREADS=1 $(PYTHON) -m pytest -m "not slow" -n $(TEST_WORKERS) --dist loadscope
 
 test-slow: ## run only the slow tests (long end-to-end runs, full-size backbones)
