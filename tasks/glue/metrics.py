@@ -10,7 +10,7 @@ A constant prediction has no correlation with anything: scikit-learn's Matthews 
 for it already, and the correlations are 0 here too, where SciPy gives NaN (with a warning). An
 untrained model that predicts one class or one score thus scores 0, not NaN, and averages stay numbers.
 
-:func:`glue_average` is the average of the Cramming code (Geiping & Goldstein, 2023): the target
+:func:`glue_average` is the average of the Cramming code (Geiping & Goldstein, 2022): the target
 metric of each task in its ``eval/GLUE_sane.yaml``, averaged arithmetically over the nine terms of
 :data:`AVERAGE_TERMS` in its ``eval.py``: CoLA Matthews, MNLI matched accuracy, MNLI mismatched
 accuracy, MRPC F1, QNLI accuracy, QQP F1, RTE accuracy, SST-2 accuracy and STS-B Pearson. WNLI is
