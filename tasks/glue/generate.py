@@ -283,7 +283,7 @@ def main(argv: list[str] | None = None) -> None:
     args = vars(parser.parse_args(argv))
     folder = args.pop("folder")
     ensure_glue_tiny(folder, GlueTinySpec(**args))
-    print(f"glue_tiny in {folder}: corpus/, glue_data/SST-2/, glue_data/RTE/ ({folder / MARKER})")
+    print(f"glue_tiny in {folder}: vocab.txt, corpus/, glue_data/SST-2/, glue_data/RTE/ ({folder / MARKER})")
 
 
 if __name__ == "__main__":
