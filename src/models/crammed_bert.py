@@ -194,19 +194,20 @@ class CrammedBERT(nn.Module):
         total = sum(p.numel() for p in self.parameters())
         return total if embeddings else total - self.word_embedding.weight.numel() - self.pos_scale.numel()
 
-    def load_pretrained(self, path: str | Path | None = None) -> dict[str, Any]:
+    def load_pretrained(self, path: str | Path | None = None, saved: dict | None = None) -> dict[str, Any]:
         """Load an MLM run's weights (``path``, default ``self.pretrained``) into everything but the
         classification head; ``{"path", "step"}`` of what was loaded.
 
         Reads a suite checkpoint (``{"model": state dict, "step": …}``) or a plain state dict.
         Every key of the encoder must be there with its shape (the same backbone size and the same
         attention variant, whose parametrizations rename weights); a head in the file is ignored.
+        ``saved``: the file's content when the caller has read it already (it is not read again).
         """
         chosen = path if path is not None else self.pretrained
         if chosen is None:
             raise ConfigError("load_pretrained: no path given and backbone.model.pretrained is null")
         file = Path(chosen)
-        state, step = _read_state(file)
+        state, step = _state_of(file, _read(file) if saved is None else saved)
         state = {k: v for k, v in state.items() if not k.startswith(HEAD_PREFIXES)}
         own = {k: v for k, v in self.state_dict().items() if not k.startswith(HEAD_PREFIXES)}
         _check_fits(file, own, state)
@@ -214,8 +215,8 @@ class CrammedBERT(nn.Module):
         return {"path": str(file), "step": step}
 
 
-def _read_state(file: Path) -> tuple[dict[str, Tensor], int | None]:
-    """The state dict in ``file`` and the step it was saved at (``None`` for a plain state dict)."""
+def _read(file: Path) -> Any:
+    """What ``file`` holds, or one :class:`ConfigError` saying what it must be."""
     if not file.is_file():
         raise ConfigError(
             f"backbone pretrained={file}: no such file; it must be an mlm run's checkpoints/last.pt "
@@ -225,6 +226,11 @@ def _read_state(file: Path) -> tuple[dict[str, Tensor], int | None]:
         saved = checkpoint.load(file)
     except Exception as error:  # noqa: BLE001  truncated, corrupt or not a torch file: one message
         raise ConfigError(f"backbone pretrained={file}: cannot read a checkpoint ({error})") from error
+    return saved
+
+
+def _state_of(file: Path, saved: Any) -> tuple[dict[str, Tensor], int | None]:
+    """The state dict ``file`` held and the step it was saved at (``None`` for a plain state dict)."""
     if isinstance(saved, dict) and isinstance(saved.get("model"), dict):
         step = saved.get("step", (saved.get("loop") or {}).get("step"))  # the loop's checkpoints: loop.step
         return saved["model"], None if step is None else int(step)

@@ -109,6 +109,7 @@ class Glue(Task):
         self.pretrained, self.vocab_size, self.cache_dir = pretrained, vocab_size, cache_dir
         self.generate = dict(generate) if generate else None
         self.tokenizer = None
+        self._pretrained: dict | None = None  # the checkpoint's weights, from datasets() to prepare_model()
         self._outputs: list[tuple[Tensor, Tensor, Tensor]] = []  # one validation's (pred, label, group)
 
     @property
@@ -147,7 +148,9 @@ class Glue(Task):
         from tasks.mlm.wordpiece import cached_wordpiece, pretrained_tokenizer
 
         if self.pretrained:
-            state = read_checkpoint(self.pretrained).get("task") or {}
+            saved = read_checkpoint(self.pretrained)  # read once: prepare_model loads its weights
+            self._pretrained = {k: saved[k] for k in ("model", "loop", "step") if k in saved}
+            state = saved.get("task") or {}
             if "tokenizer" not in state:
                 raise ConfigError(
                     f"backbone.model.pretrained={self.pretrained} carries no tokenizer: it must be a "
@@ -185,7 +188,8 @@ class Glue(Task):
                 self.name,
             )
             return
-        loaded = model.load_pretrained(self.pretrained)
+        saved, self._pretrained = self._pretrained, None  # the weights datasets() read, then released
+        loaded = model.load_pretrained(self.pretrained, saved=saved)
         log.info("task %s: fine-tuning from %s (step %s)", self.name, loaded["path"], loaded["step"])
 
     def model_inputs(self, batch: tuple) -> tuple[Tensor, Tensor]:
