@@ -19,6 +19,7 @@ import os
 import random
 import shutil
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -93,20 +94,24 @@ def load(path: Path, device: torch.device | str = "cpu") -> dict[str, Any]:
 
 
 def load_latest(
-    path: Path, device: torch.device | str = "cpu", set_aside: bool = True
+    path: Path,
+    device: torch.device | str = "cpu",
+    set_aside: bool = True,
+    note: Callable[[str], None] | None = None,
 ) -> tuple[dict[str, Any], Path] | None:
     """The newest readable checkpoint and its path: ``path`` (``last.pt``), else ``previous.pt``
     beside it; None when the run has none yet.
 
-    An unreadable ``last.pt`` (truncated, corrupt, or refused by the safe loader) is moved to
-    ``last.pt.corrupt`` (``set_aside``, the main process) with a warning, so that the next save
-    cannot rotate it into ``previous.pt`` over the good one. When neither can be read, both stay
-    where they are and :class:`CheckpointError` says why for each."""
+    An unreadable ``last.pt`` (truncated, corrupt, refused by the safe loader, or a file that is
+    not a training state of the suite, e.g. another library's ``{'state_dict': …}``) is moved to
+    ``last.pt.corrupt`` (``set_aside``, the main process) with one ``note`` (default: a warning),
+    so that the next save cannot rotate it into ``previous.pt`` over the good one. When neither
+    can be read, both stay where they are and :class:`CheckpointError` says why for each."""
     candidates = [p for p in (path, path.with_name(PREVIOUS)) if p.exists()]
     failures: list[tuple[Path, str]] = []
     for candidate in candidates:
         try:
-            state = load(candidate, device)
+            state = load_checked(candidate, device, TRAINING_KEYS)
         except Exception as error:  # noqa: BLE001  truncated, corrupt, or not a checkpoint
             failures.append((candidate, unreadable_reason(error)))
             continue
@@ -115,11 +120,11 @@ def load_latest(
             aside = set_aside_path(bad) if set_aside else None
             if aside is not None:
                 os.replace(bad, aside)
-            warnings.warn(
+            say(
+                note,
                 f"unreadable checkpoint {bad} ({reason})"
                 + (f", moved to {aside.name}" if aside is not None else "")
                 + f"; resuming from {candidate} (step {state['loop']['step']})",
-                stacklevel=2,
             )
         return state, candidate
     if failures:
@@ -129,6 +134,56 @@ def load_latest(
             "trainer.resume=restart moves it to superseded/ and starts over"
         )
     return None
+
+
+def load_best(
+    path: Path,
+    device: torch.device | str = "cpu",
+    set_aside: bool = True,
+    note: Callable[[str], None] | None = None,
+) -> dict[str, Any] | None:
+    """``best.pt`` as saved (None when there is none); an unreadable one (truncated, corrupt, not
+    the suite's) is moved to ``best.pt.corrupt`` (``set_aside``) with one ``note`` and gives None,
+    so that its reader falls back to ``last.pt``."""
+    if not path.exists():
+        return None
+    try:
+        return load_checked(path, device, BEST_KEYS)
+    except Exception as error:  # noqa: BLE001  truncated, corrupt, or not a checkpoint
+        aside = set_aside_path(path) if set_aside else None
+        if aside is not None:
+            os.replace(path, aside)
+        moved = f", moved to {aside.name}" if aside is not None else ""
+        say(note, f"unreadable checkpoint {path} ({unreadable_reason(error)}){moved}")
+        return None
+
+
+#: What a checkpoint of the suite holds: ``last.pt`` and ``previous.pt`` (the training state), and
+#: ``best.pt`` (the best validation's weights).
+TRAINING_KEYS = ("model", "loop")
+BEST_KEYS = ("model", "step")
+
+
+def load_checked(path: Path, device: torch.device | str, keys: tuple[str, ...]) -> dict[str, Any]:
+    """:func:`load`, and a :class:`CheckpointError` unless the file holds a mapping with ``keys``
+    (a file another program wrote loads, but is not a checkpoint of this suite)."""
+    state = load(path, device)
+    missing = [k for k in keys if not isinstance(state, dict) or k not in state]
+    if missing or ("loop" in keys and not isinstance(state["loop"], dict)):
+        found = ", ".join(map(repr, list(state)[:4])) if isinstance(state, dict) else type(state).__name__
+        raise CheckpointError(
+            f"not a checkpoint of this suite: no {' or '.join(map(repr, missing or ['loop']))} entry "
+            f"(it holds {found or 'nothing'})"
+        )
+    return state
+
+
+def say(note: Callable[[str], None] | None, line: str) -> None:
+    """``note(line)``, or a warning where no ``note`` is given."""
+    if note is None:
+        warnings.warn(line, stacklevel=3)
+    else:
+        note(line)
 
 
 def set_aside_path(path: Path) -> Path:
@@ -147,6 +202,8 @@ def unreadable_reason(error: Exception) -> str:
         lines = [line.strip() for line in text.splitlines() if line.strip()]
         detail = " ".join(line for line in lines if not line.startswith(boilerplate))
         return f"refused by torch's safe loader: {detail.removeprefix('WeightsUnpickler error:').strip()}"
+    if isinstance(error, CheckpointError):
+        return text
     first = text.strip().splitlines()[0] if text.strip() else ""
     first = first.split(". This is an internal")[0]  # the zip reader's advice follows
     return f"{type(error).__name__}: {first}".rstrip(": ")

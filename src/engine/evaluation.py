@@ -8,9 +8,15 @@ One code path computes every number a run reports of a model: the loop's validat
 
 ``eval-<split>.json``::
 
-    {"split": "test", "checkpoint": "best", "checkpoint_step": 120, "metric": "test/acc",
-     "metric_mode": "max", "metrics": {"test/acc": 0.61, "test/loss": 1.2}, "samples": 2000,
-     "task": "lra_listops_small", "wall_s": 3.2, "time": "…", "git": "<revision>"}
+    {"split": "test", "checkpoint": "best", "checkpoint_file": "best.pt", "checkpoint_step": 120,
+     "metric": "test/acc", "metric_mode": "max", "metrics": {"test/acc": 0.61, "test/loss": 1.2},
+     "samples": 2000, "task": "lra_listops_small", "identity": "<hash>", "record_identity": "<hash>",
+     "overrides": [], "data_dir": "/abs/data", "wall_s": 3.2, "time": "…", "git": "<revision>"}
+
+``identity`` is the hash of the configuration evaluated and ``record_identity`` the record's
+(:mod:`.identity`); they differ where an override changed what is measured (``task.val_fraction``,
+another ``paths.data_dir``), and such a result goes to ``eval-<split>.<identity>.json`` instead, so
+that the report, which uses an evaluation only where the two agree, never takes it for the run's.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -91,46 +98,111 @@ def batch_size(batch: Any) -> int:
 # -- a checkpoint on a split --------------------------------------------------------------
 
 
-def find_checkpoint(
-    run_dir: Path, which: str, note: Callable[[str], None] = log.warning, best_step: int | None = None
-) -> tuple[str, Path]:
-    """``(which, path)`` of the run's ``best`` or ``last`` checkpoint. ``best`` falls back, with
-    one ``note``, to ``last`` where the run has no ``best.pt`` (a run older than it, or whose
-    validations were never finite), or where ``best.pt`` is not of ``best_step``, the record's best
-    (a killed session wrote it at a step the resumed record dropped, and the resumed session never
-    beat the best it resumed with; the file is left as it is). A :class:`checkpoint.CheckpointError`
-    when there is none."""
+@dataclass
+class Opened:
+    """A checkpoint opened for evaluation: which one (``best`` or ``last``), the file it came from
+    (``previous.pt`` where ``last.pt`` was unreadable), what it holds, and its step."""
+
+    which: str
+    path: Path
+    state: dict[str, Any]
+    step: int
+
+
+def open_checkpoint(
+    run_dir: Path,
+    which: str,
+    note: Callable[[str], None] = log.warning,
+    best_step: int | None = None,
+    identity: str | None = None,
+    foreign: str = "refuse",
+    set_aside: bool = True,
+) -> Opened:
+    """The run's ``best`` or ``last`` checkpoint, read once and checked.
+
+    ``best`` falls back, with one ``note``, to ``last`` where the run has no ``best.pt`` (a run
+    older than it, or whose validations were never finite), where it is unreadable (moved to
+    ``best.pt.corrupt``), or where it is not of ``best_step``, the record's best (a killed session
+    wrote it at a step the resumed record dropped; the file is left as it is). ``last`` falls back
+    to ``previous.pt`` where ``last.pt`` is unreadable (:func:`checkpoint.load_latest`).
+
+    A checkpoint carries the identity of the record that wrote it: one of another ``identity``
+    (a file copied in from another run) is refused (``foreign="refuse"``, a
+    :class:`checkpoint.CheckpointError`), or, for ``best``, passed over for ``last`` with a note
+    (``foreign="fallback"``: the test at the end of training must not fail the run). A
+    :class:`checkpoint.CheckpointError` when no checkpoint can be read."""
     folder = Path(run_dir) / "checkpoints"
     if which not in CHECKPOINTS:
         raise checkpoint.CheckpointError(f"checkpoint={which!r} is not one of {', '.join(CHECKPOINTS)}")
-    best, last = folder / checkpoint.BEST, folder / "last.pt"
-    if which == "best" and not best.is_file() and last.is_file():
-        note(f"{folder} has no {checkpoint.BEST}; evaluating last.pt")
-        which = "last"
-    elif which == "best" and best_step is not None and last.is_file():
-        saved_step = checkpoint.load(best).get("step") if best.is_file() else None
-        if saved_step != best_step:
-            note(
-                f"{best} holds step {saved_step}, the record's best is step {best_step} (written by a "
-                "session whose steps the record dropped); evaluating last.pt"
-            )
-            which = "last"
-    path = best if which == "best" else last
-    if not path.is_file():
+    last = folder / "last.pt"
+    if which == "best":
+        best = _open_best(folder, note, best_step, identity, foreign, set_aside)
+        if best is not None:
+            return best
+    found = checkpoint.load_latest(last, set_aside=set_aside, note=note)
+    if found is None:
         raise checkpoint.CheckpointError(
-            f"no checkpoint {path.name} in {folder}: the run saved none "
+            f"no checkpoint {last.name} in {folder}: the run saved none "
             "(its summary.json and failures.jsonl say how far it got)"
         )
-    return which, path
+    state, path = found
+    _check_owner(state, path, identity)
+    return Opened("last", path, state, state["loop"]["step"])
 
 
-def load_weights(model: nn.Module, path: Path, device: torch.device) -> tuple[int, nn.Module | None]:
-    """Load a ``best.pt`` or ``last.pt`` into ``model``; its step, and a copy of ``model`` with the
-    checkpoint's EMA weights when it has them (else None)."""
+def _open_best(
+    folder: Path,
+    note: Callable[[str], None],
+    best_step: int | None,
+    identity: str | None,
+    foreign: str,
+    set_aside: bool,
+) -> Opened | None:
+    """``best.pt`` opened (see :func:`open_checkpoint`), or None (with one note) to fall back."""
+    path, last = folder / checkpoint.BEST, folder / "last.pt"
+    if not path.is_file():
+        if last.exists():
+            note(f"{folder} has no {checkpoint.BEST}; evaluating last.pt")
+        return None
+    state = checkpoint.load_best(
+        path, set_aside=set_aside, note=lambda line: note(f"{line}; evaluating last.pt")
+    )
+    if state is None:
+        return None
+    try:
+        _check_owner(state, path, identity)
+    except checkpoint.CheckpointError as error:
+        if foreign == "refuse" or not last.exists():
+            raise
+        note(f"{error}; evaluating last.pt")
+        return None
+    if best_step is not None and state["step"] != best_step and last.exists():
+        note(
+            f"{path} holds step {state['step']}, the record's best is step {best_step} (written by a "
+            "session whose steps the record dropped); evaluating last.pt"
+        )
+        return None
+    return Opened("best", path, state, state["step"])
+
+
+def _check_owner(state: dict[str, Any], path: Path, identity: str | None) -> None:
+    """A :class:`checkpoint.CheckpointError` when the checkpoint says it was written for another
+    identity than ``identity`` (a checkpoint from before identities says nothing, and passes)."""
+    owner = (state.get("record") or {}).get("identity")
+    if identity is not None and owner is not None and owner != identity:
+        raise checkpoint.CheckpointError(
+            f"{path} was written by another run (identity {owner}; this record's is {identity}): a "
+            "checkpoint copied in from elsewhere is not this run's result. Put this run's own file back, "
+            "or evaluate checkpoint=last"
+        )
+
+
+def load_weights(model: nn.Module, opened: Opened) -> nn.Module | None:
+    """Load an opened checkpoint's weights into ``model``; a copy of ``model`` with its EMA
+    weights when it has them (else None)."""
     from .trainer import mismatch_summary  # the trainer imports this module
 
-    saved = checkpoint.load(path, device)
-    step = saved["step"] if "step" in saved else saved["loop"]["step"]
+    saved = opened.state
     try:
         model.load_state_dict(saved["model"])
         ema = None
@@ -139,10 +211,10 @@ def load_weights(model: nn.Module, path: Path, device: torch.device) -> tuple[in
             ema.load_state_dict({k.removeprefix("module."): v for k, v in saved["ema"].items()})
     except RuntimeError as error:  # another architecture than the checkpoint's
         raise checkpoint.CheckpointError(
-            f"checkpoint {path} does not fit the model built from the run's config.yaml "
+            f"checkpoint {opened.path} does not fit the model built from the run's config.yaml "
             f"({mismatch_summary(error)}): the code or an override changed the architecture"
         ) from error
-    return step, ema
+    return ema
 
 
 def evaluate_checkpoint(
@@ -150,23 +222,24 @@ def evaluate_checkpoint(
     model: nn.Module,
     dataset: Dataset,
     split: str,
-    which: str,
-    path: Path,
+    opened: Opened,
     dist: Dist,
     autocast: Any,
     eval_batches: int | None = None,
 ) -> dict[str, Any]:
-    """Evaluate checkpoint ``path`` (``which``: best or last) on ``dataset``, the task's ``split``:
-    the content of ``eval-<split>.json`` (the EMA weights, where saved, as ``<split>_ema/…``)."""
+    """Evaluate an opened checkpoint on ``dataset``, the task's ``split``: the content of
+    ``eval-<split>.json`` (the EMA weights, where saved, as ``<split>_ema/…``)."""
     started = time.monotonic()
-    step, ema = load_weights(model, path, dist.device)
+    model.to(dist.device)
+    ema = load_weights(model, opened)
     metrics, samples = evaluate(task, model, dataset, dist, autocast, eval_batches, prefix=split)
     if ema is not None:
         metrics.update(evaluate(task, ema, dataset, dist, autocast, eval_batches, prefix=f"{split}_ema"))
     return {
         "split": split,
-        "checkpoint": which,
-        "checkpoint_step": step,
+        "checkpoint": opened.which,
+        "checkpoint_file": opened.path.name,
+        "checkpoint_step": opened.step,
         "metric": task.metric.replace("val/", f"{split}/", 1),
         "metric_mode": task.metric_mode,
         "metrics": metrics,
@@ -178,13 +251,18 @@ def evaluate_checkpoint(
     }
 
 
-def result_path(run_dir: Path, split: str) -> Path:
-    return Path(run_dir) / f"eval-{split}.json"
+def result_path(run_dir: Path, split: str, identity: str | None = None) -> Path:
+    """``eval-<split>.json``; ``eval-<split>.<identity>.json`` for an evaluation of another
+    configuration than the record's (an override that changes what is measured)."""
+    return Path(run_dir) / (f"eval-{split}.json" if identity is None else f"eval-{split}.{identity}.json")
 
 
 def write_result(run_dir: Path, result: dict[str, Any]) -> Path:
-    """Write ``eval-<split>.json`` into the run folder, whole or not at all; returns its path."""
-    path = result_path(run_dir, result["split"])
+    """Write the result into the run folder, whole or not at all; returns its path: ``eval-<split>.json``
+    where it measured the record's own configuration, else beside it (:func:`result_path`), so that
+    an evaluation with other settings never replaces the run's own."""
+    own = result.get("identity") == result.get("record_identity")
+    path = result_path(run_dir, result["split"], None if own else result.get("identity"))
     write_atomic(path, json.dumps(plain_json(result)[0], indent=2) + "\n")
     return path
 

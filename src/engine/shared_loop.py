@@ -93,10 +93,20 @@ def test_after_training(task: Task, trainer: Trainer, cfg: DictConfig) -> dict[s
         log.info("trainer.test_after=%s: task %s has no test split; nothing to test", which, task.name)
         return None
     run_dir, dist = trainer.record.dir, trainer.dist
-    note = log.info if dist.main else lambda _: None
-    which, path = evaluation.find_checkpoint(run_dir, which, note, best_step=trainer.state.best.get("step"))
+    note = log.warning if dist.main else lambda _: None
+    identity = trainer.session.identity.hash
+    opened = evaluation.open_checkpoint(
+        run_dir,
+        which,
+        note,
+        best_step=trainer.state.best.get("step"),
+        identity=identity,
+        foreign="fallback",  # a best.pt copied in from elsewhere: test last.pt, the run stands
+        set_aside=dist.main,
+    )
+    data_dir = Path(cfg.paths.data_dir)
     try:
-        dataset = task.eval_dataset(Path(cfg.paths.data_dir), "test")
+        dataset = task.eval_dataset(data_dir, "test")
     except DataError as missing:  # a copy of the data without its test files: the run stands
         if dist.main:
             log.warning(
@@ -109,8 +119,9 @@ def test_after_training(task: Task, trainer: Trainer, cfg: DictConfig) -> dict[s
         return None
     model, batches = trainer.raw_model, cfg.trainer.eval_batches
     result = evaluation.evaluate_checkpoint(
-        task, model, dataset, "test", which, path, dist, trainer.autocast, batches
+        task, model, dataset, "test", opened, dist, trainer.autocast, batches
     )
+    result.update(identity=identity, record_identity=identity, overrides=[], data_dir=str(data_dir.resolve()))
     if dist.main:
         written = evaluation.write_result(run_dir, result)
         log.info("test: %s", evaluation.result_line(result, written))

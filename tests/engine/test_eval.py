@@ -24,7 +24,12 @@ from tasks.lra import ListOpsSmall, Text
 KEYS = {
     "split",
     "checkpoint",
+    "checkpoint_file",
     "checkpoint_step",
+    "identity",
+    "record_identity",
+    "overrides",
+    "data_dir",
     "metric",
     "metric_mode",
     "metrics",
@@ -111,8 +116,10 @@ def test_a_resumed_run_improves_over_its_checkpoints_best_not_a_killed_sessions(
     kept = checkpoint.load(best_path)  # never removed: overwritten by a better validation, or left
     assert (kept["step"], kept["value"]) == ((3, 0.9) if expected["step"] == 2 else (4, 0.3))
     notes = []
-    which, path = evaluation.find_checkpoint(tmp_path / "run", "best", notes.append, summary["best"]["step"])
-    assert (which, path.name) == (("last", "last.pt") if expected["step"] == 2 else ("best", "best.pt"))
+    opened = evaluation.open_checkpoint(tmp_path / "run", "best", notes.append, summary["best"]["step"])
+    assert (opened.which, opened.path.name) == (
+        ("last", "last.pt") if expected["step"] == 2 else ("best", "best.pt")
+    )
     assert len(notes) == (expected["step"] == 2) and all("holds step 3" in n for n in notes)
 
 
