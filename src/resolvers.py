@@ -42,15 +42,26 @@ def at_least(floor: int, value: int | None) -> int:
     return int(floor) if value is None else max(int(floor), int(value))
 
 
-def run_folder(name: str) -> str:
-    """``hydra.job.override_dirname`` as one folder name.
+def run_folder(seed: int | str, overrides: str = "") -> str:
+    """The last part of a run's folder: ``seed=0``, or ``seed=0,<overrides>`` with
+    ``hydra.job.override_dirname`` (``seed=0,trainer.max_steps=20``).
+
+    The overrides join the seed in one name, not a folder below it, so that no run folder holds
+    another: the run without overrides (``seed=0``) and those with (``seed=0,…``) are siblings,
+    and moving one's record aside (``trainer.resume=restart``) cannot move the others'.
 
     A group selection such as ``experiment=smoke/digits`` and a path value such as
     ``backbone.model.pretrained=<run>/checkpoints/last.pt`` carry slashes: they become ``-``,
-    and the quotes and backslashes that protect a value's ``=`` are dropped. A name over
-    :data:`MAX_FOLDER_BYTES` keeps its head and tail around a hash of the whole, so that it stays
-    unique and the same for the same command (a rerun must find its folder again)."""
-    flat = str(name).replace("\\", "").replace("'", "").replace('"', "").replace("/", "-")
+    and the quotes and backslashes that protect a value's ``=`` are dropped. Overrides over
+    :data:`MAX_FOLDER_BYTES` keep their head and tail around a hash of the whole, so that the name
+    stays unique and the same for the same command (a rerun must find its folder again)."""
+    name = f"seed={seed}"
+    return f"{name},{short_name(overrides)}" if str(overrides) else name
+
+
+def short_name(overrides: str) -> str:
+    """``overrides`` as one folder name: see :func:`run_folder`."""
+    flat = str(overrides).replace("\\", "").replace("'", "").replace('"', "").replace("/", "-")
     data = flat.encode()
     if len(data) <= MAX_FOLDER_BYTES:
         return flat
@@ -60,21 +71,42 @@ def run_folder(name: str) -> str:
     return f"{head}~{digest}~{tail}"
 
 
+def seed_and_overrides(run_dir: str | Path) -> tuple[str, str | None]:
+    """``("seed=0", "trainer.max_steps=20")`` from a run folder named by :func:`run_folder`
+    (``(…, None)`` without overrides); a :class:`ValueError` for a folder not named so."""
+    name = Path(run_dir).name
+    if not name.startswith("seed="):
+        raise ValueError(f"{run_dir} is not a run folder <task>/<backbone>/<variant>/seed=<s>[,<overrides>]")
+    seed, _, overrides = name.partition(",")
+    return seed, overrides or None
+
+
+def legacy_folder(run_dir: str | Path) -> Path | None:
+    """Where a run with overrides was recorded before they joined the seed's name
+    (``…/seed=0/trainer.max_steps=20``, a folder inside the run without overrides); None for a run
+    without overrides, whose folder did not change."""
+    try:
+        seed, overrides = seed_and_overrides(run_dir)
+    except ValueError:
+        return None
+    return None if overrides is None else Path(run_dir).parent / seed / overrides
+
+
 def sibling_run(run_dir: str, task: str, seed: int) -> str:
     """The folder of the run that the same command made for ``task`` and ``seed``: same backbone,
     variant and overrides, e.g. the ``mlm`` pretraining run a GLUE fine-tuning starts from.
 
-    Run folders are ``<base>/<task>/<backbone>/<variant>/seed=<s>[/<overrides>]`` (``conf/config.yaml``,
+    Run folders are ``<base>/<task>/<backbone>/<variant>/seed=<s>[,<overrides>]`` (``conf/config.yaml``,
     ``hydra.run.dir`` and ``hydra.sweep.subdir``); the sibling swaps ``<task>`` and ``seed=<s>``."""
     path = Path(run_dir)
-    overrides = None if path.name.startswith("seed=") else path.name
-    seed_dir = path if overrides is None else path.parent
-    if not seed_dir.name.startswith("seed="):
-        raise ValueError(f"sibling_run: {run_dir} is not a run folder <task>/<backbone>/<variant>/seed=<s>")
-    variant_dir = seed_dir.parent
+    try:
+        _, overrides = seed_and_overrides(path)
+    except ValueError as error:
+        raise ValueError(f"sibling_run: {error}") from None
+    variant_dir = path.parent
     base = variant_dir.parent.parent.parent
-    sibling = base / task / variant_dir.parent.name / variant_dir.name / f"seed={seed}"
-    return str(sibling / overrides if overrides else sibling)
+    name = run_folder(seed) + (f",{overrides}" if overrides else "")
+    return str(base / task / variant_dir.parent.name / variant_dir.name / name)
 
 
 def pretrained_by(pretrain_task: str, seed: int, task: str) -> str | None:

@@ -2,7 +2,8 @@
 
 Hydra composes the config from ``conf/`` (see ``conf/config.yaml``); the run folder is named
 by the overrides, so rerunning a command resumes its run. Bad input ends with one message
-and exit status 2, before any work is lost.
+and exit status 2, before any work is lost; SIGTERM, SIGUSR1 or SIGUSR2 with one line, after a
+checkpoint, and status 128+signal (:mod:`src.engine.preemption`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import sys
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from src import resolvers  # noqa: F401  registers the configs' resolvers (also in SLURM jobs)
 from src.cli import prepare_argv
@@ -23,11 +24,14 @@ from src.errors import ConfigError, SuiteError, message_of
 def main(cfg: DictConfig) -> float | None:
     """Train one run; returns its main metric (for Hydra's sweepers)."""
     from src.engine import train  # torch is imported here, so that --help and typos answer at once
+    from src.engine.preemption import Preempted, exit_preempted
 
     hydra_cfg = HydraConfig.get()
     try:
         refuse_list_selection(list(hydra_cfg.overrides.task))
-        summary = train(cfg, hydra_cfg.runtime.output_dir)
+        summary = train(cfg, hydra_cfg.runtime.output_dir, hydra_files(cfg))
+    except Preempted as stop:  # checkpoint saved and recorded; in a sweep too, the signal ends the process
+        exit_preempted(stop)  # its line; the signal's earlier handler or a SLURM requeue; 128+signal
     except Exception as e:
         cause = user_error(e)
         if cause is None or hydra_cfg.mode == RunMode.MULTIRUN:
@@ -35,6 +39,18 @@ def main(cfg: DictConfig) -> float | None:
         print(f"error: {message_of(cause)}", file=sys.stderr)
         sys.exit(2)
     return summary["final"].get(summary["metric"])
+
+
+def hydra_files(cfg: DictConfig) -> dict[str, str]:
+    """What Hydra writes into a job's ``.hydra/`` (its config, Hydra's own and the overrides, as
+    given), for the session to write once it holds the run folder (``hydra.output_subdir: null``
+    keeps Hydra from writing them before the lock decides)."""
+    hydra_node = OmegaConf.to_container(HydraConfig.get(), resolve=False)
+    return {
+        "config.yaml": OmegaConf.to_yaml(cfg),
+        "hydra.yaml": OmegaConf.to_yaml({"hydra": hydra_node}),
+        "overrides.yaml": OmegaConf.to_yaml(list(HydraConfig.get().overrides.task)),
+    }
 
 
 def refuse_list_selection(overrides: list[str]) -> None:

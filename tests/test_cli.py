@@ -20,7 +20,7 @@ from src.errors import ConfigError
 
 GROUPS = ["attn", "backbone", "experiment", "hydra/launcher", "optim", "reading", "sched", "task"]
 REFUSAL = "sbatch: error: Batch job submission failed: Invalid partition name specified"
-LONG_RUN = "outputs/runs/imagenet/vit_micro/precond/seed=0/" + ",".join(
+LONG_RUN = "outputs/runs/imagenet/vit_micro/precond/seed=0," + ",".join(
     f"backbone.model.option_{i}={i}" for i in range(20)
 )
 
@@ -35,10 +35,12 @@ def hydra_config(overrides: list[str], tmp_path: Path):
 
 
 def run_folder_below_seed(cfg, key: str = "hydra.run.dir") -> list[str]:
-    """The parts of the run folder after ``seed=…/``."""
+    """What the run folder's name holds after ``seed=…,`` (the overrides), and any folder below it
+    (none: no run folder is inside another)."""
     parts = Path(OmegaConf.select(cfg, key)).parts
     seed = next(i for i, p in enumerate(parts) if p.startswith("seed="))
-    return list(parts[seed + 1 :])
+    _, _, overrides = parts[seed].partition(",")
+    return [overrides, *parts[seed + 1 :]] if overrides else list(parts[seed + 1 :])
 
 
 # -- --help ------------------------------------------------------------------------------------
@@ -112,7 +114,7 @@ def test_valid_selections_pass_through_unchanged():
 
 
 def test_a_value_with_an_equals_sign_is_quoted_unless_hydra_parses_it():
-    path = "out/seed=0/trainer.max_steps=20,trainer.val_every=10/checkpoints/last.pt"
+    path = "out/seed=0,trainer.max_steps=20,trainer.val_every=10/checkpoints/last.pt"
     assert cli.quote_value(f"backbone.model.pretrained={path}") == f"backbone.model.pretrained='{path}'"
     for kept in ("attn=precond,standard", "a.b='x=y'", 'a.b="x=y"', "seed=0", "a.b=[1,2]"):
         assert cli.quote_value(kept) == kept
@@ -121,7 +123,7 @@ def test_a_value_with_an_equals_sign_is_quoted_unless_hydra_parses_it():
 @pytest.mark.parametrize(
     "pretrained",
     [
-        "outputs/runs/digits/vit_digits/precond/seed=0/trainer.max_steps=20,trainer.val_every=10/checkpoints/last.pt",
+        "outputs/runs/digits/vit_digits/precond/seed=0,trainer.max_steps=20,trainer.val_every=10/checkpoints/last.pt",
         f"{LONG_RUN}/checkpoints/last.pt",  # the run folder's name alone is over 400 bytes
     ],
 )
@@ -143,12 +145,13 @@ def test_a_nested_experiment_is_one_run_folder_in_runs_and_sweeps(tmp_path):
     cfg = hydra_config(["experiment=smoke/digits", "trainer.max_steps=3"], tmp_path)
     assert run_folder_below_seed(cfg) == ["experiment=smoke-digits,trainer.max_steps=3"]
     assert run_folder_below_seed(cfg, "hydra.sweep.subdir") == ["experiment=smoke-digits,trainer.max_steps=3"]
+    assert Path(cfg.hydra.run.dir).name == "seed=0,experiment=smoke-digits,trainer.max_steps=3"
     assert run_folder_below_seed(hydra_config([], tmp_path)) == []  # no overrides: seed=0/ itself
 
 
 def test_long_names_keep_head_and_tail_and_differ_by_a_hash():
-    a, b = resolvers.run_folder(LONG_RUN + "a"), resolvers.run_folder(LONG_RUN + "b")
-    assert a != b and len(a.encode()) <= 200 and a.startswith("outputs-runs-") and a.endswith("19=19a")
+    a, b = resolvers.run_folder(0, LONG_RUN + "a"), resolvers.run_folder(0, LONG_RUN + "b")
+    assert a != b and len(a.encode()) <= 210 and a.startswith("seed=0,outputs-runs-") and a.endswith("19=19a")
 
 
 # -- worker count and SLURM ----------------------------------------------------------------------
@@ -181,6 +184,7 @@ def test_sbatchs_refusal_is_one_line_with_what_to_change(tmp_path):
     for name, script in {
         "sbatch": f"echo '{REFUSAL}' >&2; exit 1",
         "sinfo": "echo debug",
+        "srun": "exit 0",  # submitit looks for it before it submits
     }.items():
         (bin_dir / name).write_text(f"#!/bin/sh\n{script}\n")
         (bin_dir / name).chmod(stat.S_IRWXU)

@@ -31,7 +31,8 @@ def test_a_short_run_writes_the_full_record(tmp_path):
         ["trainer.max_steps=20", "trainer.val_every=10", "trainer.monitor_every=10"], cwd=tmp_path
     )
     assert result.returncode == 0, result.stderr
-    run = tmp_path / "outputs" / RUNS / "trainer.max_steps=20,trainer.monitor_every=10,trainer.val_every=10"
+    overrides = "trainer.max_steps=20,trainer.monitor_every=10,trainer.val_every=10"
+    run = tmp_path / "outputs" / RUNS.with_name(f"seed=0,{overrides}")
     summary = json.loads((run / "summary.json").read_text())
     assert SUMMARY_KEYS <= set(summary) and summary["steps"] == 20 and summary["attn"] == "precond"
     assert set(summary["final"]) == {"val/acc", "val/loss"} and summary["metric"] == "val/acc"

@@ -4,7 +4,8 @@ open the run folder's record (:mod:`.session`), build the task, let it train
 mmengine Runner), and write the summary. Every task's rows, summary, failures and W&B run go
 through one :class:`src.engine.recorder.Recorder`. A failure is appended to ``failures.jsonl``;
 ``summary.json`` says ``failed`` only when this session trained or the record had no summary
-(a completed record is never rewritten by a session that did not train).
+(a completed record is never rewritten by a session that did not train), and never for a
+preemption (:class:`.preemption.Preempted`: the run is incomplete, and resumes).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import re
 import socket
 import time
 from collections.abc import Iterator
@@ -23,12 +25,13 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from src import attention
-from src.errors import ConfigError, message_of
+from src.errors import ConfigError, SuiteError, message_of
 
 from .announce import announce, complete_line, end_line
 from .distributed import Dist
 from .identity import git_revision
 from .numerics import flush_denormals
+from .preemption import Preempted
 from .record import RunRecord
 from .recorder import Recorder
 from .schema import check_values
@@ -39,14 +42,15 @@ from .task import Run, Task
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
 
-def train(cfg: DictConfig, run_dir: Path | str) -> dict[str, Any]:
-    """Train as ``cfg`` says, recording in ``run_dir``; returns the summary."""
+def train(cfg: DictConfig, run_dir: Path | str, hydra_files: dict[str, str] | None = None) -> dict[str, Any]:
+    """Train as ``cfg`` says, recording in ``run_dir``; returns the summary. ``hydra_files``:
+    Hydra's copy of the command (``.hydra/``), which the session writes once it trains there."""
     check_values(cfg)
     check_compatible(cfg)
     attention.config.complete(cfg.attn)  # a composition: its parts checked, all their options recorded
     with processes(cfg) as dist:
         record = RunRecord(Path(run_dir), enabled=dist.main)
-        with RunSession(record, cfg, dist) as session:
+        with RunSession(record, cfg, dist, hydra_files) as session:
             if session.kind == "complete":
                 return already_complete(cfg, session)
             return train_session(cfg, session, dist)
@@ -94,7 +98,11 @@ def train_session(cfg: DictConfig, session: Session, dist: Dist) -> dict[str, An
             announce(end_line(summary, session.record.dir))
         return summary
     except Exception as error:
-        record_failure(cfg, session, recorder.steps(), error)
+        steps = recorder.steps()
+        memory = out_of_memory(error, cfg, steps)
+        record_failure(cfg, session, steps, memory or error)
+        if memory is not None:
+            raise memory from error
         raise
 
 
@@ -114,8 +122,8 @@ def completed_summary(
 
 def record_failure(cfg: DictConfig, session: Session, steps: int, error: Exception) -> None:
     """Append the failure, at ``steps``, to ``failures.jsonl``; write it into ``summary.json`` only
-    when this session trained or there was no summary. Best effort: a full disk must not hide
-    ``error``."""
+    when this session trained or there was no summary, and never for a preemption (incomplete, not
+    failed). Best effort: a full disk must not hide ``error``."""
     record = session.record
     message = message_of(error).strip()
     line = f"{type(error).__name__}: {message.splitlines()[0] if message else ''}"
@@ -131,10 +139,37 @@ def record_failure(cfg: DictConfig, session: Session, steps: int, error: Excepti
         }
     )
     try:
-        if record.touched or record.summary() is None:
+        if not isinstance(error, Preempted) and (record.touched or record.summary() is None):
             record.write_summary(failure_summary(cfg, steps, line))
     except Exception:  # noqa: BLE001  the error the user must see is the one being raised
         pass
+
+
+class OutOfMemory(SuiteError):
+    """The run needed more memory than its device has."""
+
+
+def out_of_memory(error: BaseException, cfg: DictConfig, steps: int) -> OutOfMemory | None:
+    """An :class:`OutOfMemory` that says what to lower, where ``error`` is the allocator's (torch's
+    ``OutOfMemoryError`` on a GPU, its ``DefaultCPUAllocator`` error or Python's ``MemoryError`` on
+    a CPU); None for any other error."""
+    text = str(error)
+    if not (
+        isinstance(error, (torch.OutOfMemoryError, MemoryError))
+        or "DefaultCPUAllocator: can't allocate memory" in text
+        or "CUDA out of memory" in text
+    ):
+        return None
+    task, trainer = cfg.task, cfg.trainer
+    asked = re.search(r"(?:tried|Tried) to allocate ([0-9.]+ ?[KMGT]?i?B|\d+ bytes)", text)
+    needed = f" (it asked for {asked.group(1)} more)" if asked else ""
+    device = "the GPU" if isinstance(error, torch.OutOfMemoryError) or "CUDA" in text else "the CPU"
+    return OutOfMemory(
+        f"out of memory at step {steps} on {device}{needed}: lower task.batch_size (now "
+        f"{task.get('batch_size')}; trainer.accumulate={trainer.accumulate * 2} with half the batch keeps "
+        f"the effective batch), task.eval_batch_size (now {task.get('eval_batch_size')}) or "
+        "trainer.eval_batches, use trainer.precision=bf16, or a smaller backbone"
+    )
 
 
 def run_identity(cfg: DictConfig, task) -> dict[str, Any]:

@@ -8,6 +8,13 @@ refuses. Where the file system has no ``flock`` (some network mounts), the file 
 it is taken over when its holder ran on this host and is gone, or belonged to this same SLURM
 job (a requeue); otherwise the second process refuses and says which file to remove.
 
+Without ``flock`` exactly one process still holds the file, however many race for it: the file
+is created with its content already in it, by ``link``-ing a finished temporary file to
+``.lock`` (which fails when ``.lock`` exists), and a stale one is replaced only by the process
+that created its *claim* (``.lock.takeover-<that file>-<round>``, made the same way), which
+checks under the claim that the file it judged stale is still there. A claim whose process died
+(on this host; or older than :data:`CLAIM_ABANDONED_S`) is passed over to the next round.
+
 Only the main process of a run takes the lock (DDP ranks write nothing to the record).
 """
 
@@ -15,16 +22,27 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import itertools
 import json
 import os
 import socket
 import time
+import uuid
+import zlib
 from pathlib import Path
 from typing import Any
 
 from src.errors import SuiteError
 
 LOCK_NAME = ".lock"
+NO_FLOCK = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS)
+NO_LINK = (errno.EPERM, errno.EOPNOTSUPP, errno.ENOSYS)
+CLAIM_ABANDONED_S = 30.0  # a claim is held for milliseconds: one this old was left by a stalled process
+EMPTY_GRACE_S = 2.0  # where link is missing, a file is written just after it is created
+RETRY_S = 0.01
+
+#: ``(inode, content)`` of the lock file as one process read it: what a takeover must find unchanged.
+Seen = tuple[int, bytes]
 
 
 class RunFolderBusy(SuiteError):
@@ -37,6 +55,7 @@ class RunLock:
     def __init__(self, folder: Path) -> None:
         self.path = Path(folder) / LOCK_NAME
         self.fd: int | None = None
+        self.content: bytes | None = None  # what this process wrote, while it holds a content-only lock
 
     def __enter__(self) -> RunLock:
         self.acquire()
@@ -48,7 +67,12 @@ class RunLock:
     def acquire(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            content = holder_bytes()
+            created = create_with(self.path, content)  # never an empty file: see the module docstring
+            try:
+                fd = os.open(self.path, os.O_RDWR)
+            except FileNotFoundError:
+                continue  # released between the two calls
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -57,9 +81,9 @@ class RunLock:
                 raise RunFolderBusy(busy_message(self.path.parent, holder)) from None
             except OSError as error:  # no flock on this file system
                 os.close(fd)
-                if error.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+                if error.errno not in NO_FLOCK:
                     raise
-                self._acquire_by_content()
+                self._acquire_by_content(content if created else None)
                 return
             if _same_file(fd, self.path):  # not a file a releasing holder has just unlinked
                 break
@@ -69,8 +93,10 @@ class RunLock:
 
     def release(self) -> None:
         if self.fd is None:
-            if self.path.exists() and read_holder(self.path).get("pid") == os.getpid():
-                self.path.unlink(missing_ok=True)  # the content-only lock
+            seen = _seen(self.path) if self.content is not None else None
+            if seen is not None and seen[1] == self.content:  # a live holder's file is never replaced
+                self.path.unlink(missing_ok=True)
+            self.content = None
             return
         try:
             if _same_file(self.fd, self.path):
@@ -79,18 +105,61 @@ class RunLock:
             os.close(self.fd)  # releases the flock
             self.fd = None
 
-    def _acquire_by_content(self) -> None:
-        holder = read_holder(self.path)
-        if holder and not _stale(holder):
-            raise RunFolderBusy(
-                busy_message(self.path.parent, holder)
-                + f" (this file system has no flock: if that process is gone, remove {self.path})"
-            )
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    def _acquire_by_content(self, created: bytes | None) -> None:
+        """Hold the file by its content alone. ``created``: the content :meth:`acquire` has just
+        linked into place (this process holds it), or None when the file was there before."""
+        content = created
+        while content is None:
+            content = holder_bytes()
+            if create_with(self.path, content):
+                break
+            seen = _seen(self.path)
+            if seen is None:  # released meanwhile: create it again
+                content = None
+                continue
+            holder = _parse(seen[1])
+            if holder and not _stale(holder):
+                raise RunFolderBusy(
+                    busy_message(self.path.parent, holder)
+                    + f" (this file system has no flock: if that process is gone, remove {self.path})"
+                )
+            if not (self._takeable(seen) and self._take_over(seen, content)):
+                content = None
+                time.sleep(RETRY_S)
+        self.content = content
+
+    def _takeable(self, seen: Seen) -> bool:
+        """Whether a stale file may be replaced now: an empty one only once it is older than a
+        file that is still being written can be (where the file system has no hard links)."""
         try:
-            _write_holder(fd)
+            return bool(seen[1]) or time.time() - self.path.stat().st_mtime > EMPTY_GRACE_S
+        except FileNotFoundError:
+            return False
+
+    def _take_over(self, seen: Seen, content: bytes) -> bool:
+        """Replace the stale file ``seen`` by ``content``, under a claim on that file; False when
+        another process holds the claim or the file is no longer ``seen``."""
+        for round_ in itertools.count():
+            claim = claim_path(self.path, seen, round_)
+            if create_with(claim, holder_bytes()):
+                break
+            if not _abandoned(claim):
+                return False
+        try:
+            if _seen(self.path) != seen:
+                return False
+            replace_with(self.path, content)
+            for other in self.path.parent.glob(claim_path(self.path, seen, "*").name):
+                other.unlink(missing_ok=True)  # a later claim finds the file changed and backs off
+            return True
         finally:
-            os.close(fd)
+            claim.unlink(missing_ok=True)
+
+
+def claim_path(path: Path, seen: Seen, round_: int | str) -> Path:
+    """The claim on the lock file ``seen`` (its inode and content) in ``round_``: one name per
+    file, so that the claims on a file that has since been replaced never stand in the way."""
+    return path.with_name(f"{LOCK_NAME}.takeover-{seen[0]}-{zlib.crc32(seen[1]):08x}-{round_}")
 
 
 def holder_info() -> dict[str, Any]:
@@ -103,10 +172,15 @@ def holder_info() -> dict[str, Any]:
     }
 
 
+def holder_bytes() -> bytes:
+    """:func:`holder_info` as the file holds it, with a nonce that tells two acquisitions apart."""
+    return json.dumps({**holder_info(), "nonce": uuid.uuid4().hex}).encode()
+
+
 def read_holder(path: Path) -> dict[str, Any]:
     try:
-        return json.loads(Path(path).read_text() or "{}")
-    except (OSError, ValueError):
+        return _parse(Path(path).read_bytes())
+    except OSError:
         return {}
 
 
@@ -121,10 +195,75 @@ def busy_message(folder: Path, holder: dict[str, Any]) -> str:
     )
 
 
+def create_with(path: Path, content: bytes) -> bool:
+    """Create ``path`` holding ``content``, atomically: False when it exists. A finished temporary
+    file is linked to ``path``, so no reader ever sees it empty; where the file system has no hard
+    links, ``O_EXCL`` creates it and writes it just after (readers wait :data:`EMPTY_GRACE_S`)."""
+    temp = _temporary(path, content)
+    try:
+        os.link(temp, path)
+        return True
+    except FileExistsError:
+        return False
+    except OSError as error:
+        if error.errno not in NO_LINK:
+            raise
+        return _create_exclusive(path, content)
+    finally:
+        temp.unlink(missing_ok=True)
+
+
+def replace_with(path: Path, content: bytes) -> None:
+    """Put a file holding ``content`` at ``path`` in one step (``rename``), whatever was there."""
+    os.replace(_temporary(path, content), path)
+
+
+def _temporary(path: Path, content: bytes) -> Path:
+    """A new file holding ``content`` beside ``path``, named apart from every lock and claim."""
+    temp = path.with_name(f"{LOCK_NAME}.tmp-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    temp.write_bytes(content)
+    return temp
+
+
+def _create_exclusive(path: Path, content: bytes) -> bool:
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return False
+    try:
+        os.write(fd, content)
+    finally:
+        os.close(fd)
+    return True
+
+
 def _write_holder(fd: int) -> None:
     data = json.dumps(holder_info()).encode()
     os.ftruncate(fd, 0)
     os.pwrite(fd, data, 0)
+
+
+def _parse(data: bytes) -> dict[str, Any]:
+    try:
+        parsed = json.loads(data or b"{}")
+    except ValueError:
+        return {}
+    return parsed if isinstance(parsed, dict) else {}
+
+
+def _seen(path: Path) -> Seen | None:
+    """The lock file's inode and content, read through one descriptor; None when it is absent."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        chunks = []
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+        return os.fstat(fd).st_ino, b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def _same_file(fd: int, path: Path) -> bool:
@@ -134,17 +273,32 @@ def _same_file(fd: int, path: Path) -> bool:
         return False
 
 
+def _abandoned(claim: Path) -> bool:
+    """A claim whose process is gone (on this host), or far older than a claim is ever held."""
+    try:
+        age = time.time() - claim.stat().st_mtime
+    except FileNotFoundError:
+        return False  # done with meanwhile: the caller starts over
+    holder = read_holder(claim)
+    return age > CLAIM_ABANDONED_S or (holder.get("host") == socket.gethostname() and _dead(holder))
+
+
 def _stale(holder: dict[str, Any]) -> bool:
     """A content-only lock whose holder is gone: this host and a dead PID, or this SLURM job."""
     job = os.environ.get("SLURM_JOB_ID")
     if job and holder.get("slurm_job") == job:
         return True  # SLURM requeues a job only once its previous run has ended
-    if holder.get("host") != socket.gethostname():
-        return False
+    return holder.get("host") == socket.gethostname() and _dead(holder)
+
+
+def _dead(holder: dict[str, Any]) -> bool:
+    """No process on this host has the holder's PID (a missing or non-positive PID names none)."""
     try:
-        os.kill(int(holder.get("pid", 0)), 0)
+        pid = int(holder.get("pid", 0))
+        if pid > 0:
+            os.kill(pid, 0)
     except ProcessLookupError:
         return True
-    except (PermissionError, ValueError):
+    except (PermissionError, TypeError, ValueError, OverflowError):
         return False
-    return False
+    return pid <= 0

@@ -6,7 +6,9 @@
 ``metrics.jsonl``  one JSON object per logged step, with ``step`` and ``split``
 ``summary.json``   what the run was and what it reached, written when a session ends
 ``failures.jsonl`` one line per session that failed: when, where, at which step, the error
-``checkpoints/``   ``last.pt`` and ``previous.pt`` (:mod:`.checkpoint`)
+``checkpoints/``   ``last.pt``, ``previous.pt`` and ``best.pt`` (:mod:`.checkpoint`)
+``.hydra/``        Hydra's copy of the command (config, overrides, Hydra's own settings), written
+                   by the session that trains here, never by one refused the folder
 ``superseded/<n>`` earlier records of this folder, moved aside by ``trainer.resume=restart``
 =================  ===========================================================================
 
@@ -14,6 +16,11 @@ What holds, whatever happens to a session:
 
 * a session that does not train never rewrites the record: its failure goes to
   ``failures.jsonl``; ``summary.json`` changes only when the session trained or there was none;
+* a session that trains makes an earlier session's ``failed`` summary stale: it is removed at the
+  session's first write (the failure stays in ``failures.jsonl``), so that a session killed after
+  it is read as incomplete, not as the earlier failure;
+* no run folder holds another's: a restart moves this folder's record aside, never a run folder
+  inside it (the layout before overrides joined the seed's name nested them);
 * a resumed session continues the rows at its checkpoint's step: the rows a killed session
   logged past it are dropped at the session's first write (not before, so a session that fails
   at once leaves them), and so is a torn last line (power loss, a full disk);
@@ -61,6 +68,7 @@ class RunRecord:
         self.checkpoint = self.dir / "checkpoints" / "last.pt"
         self.touched = False  # this session wrote rows or a checkpoint
         self._cut: tuple[int | None] | None = None  # (step,): rows past it go at the next write
+        self._writing = False  # this session has written rows or a checkpoint (settle() ran)
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -125,8 +133,15 @@ class RunRecord:
         self._cut = (step,)
 
     def settle(self) -> None:
-        """Apply a pending :meth:`continue_after`: keep the rows up to its step, whole lines only."""
-        if self._cut is None or not self.enabled:
+        """Before each write of rows or a checkpoint: at the first, drop an earlier session's stale
+        ``failed`` summary (module docstring); apply a pending :meth:`continue_after`: keep the rows
+        up to its step, whole lines only."""
+        if not self.enabled:
+            return
+        if not self._writing:
+            self._writing = True
+            self._drop_failed_summary()
+        if self._cut is None:
             return
         (step,) = self._cut
         self._cut = None
@@ -155,6 +170,26 @@ class RunRecord:
                 values["nonfinite"] = nonfinite
             write_atomic(self.summary_path, json.dumps(values, indent=2) + "\n")
 
+    def _drop_failed_summary(self) -> None:
+        """Remove ``summary.json`` where it says ``failed``: this session trains, so it is stale (the
+        failure it describes is in ``failures.jsonl``)."""
+        try:
+            status = (self.summary() or {}).get("status")
+        except (RecordError, AttributeError):  # damaged, or not an object: not ours to judge here
+            return
+        if status == "failed":
+            self.summary_path.unlink(missing_ok=True)
+
+    def write_hydra(self, files: dict[str, str]) -> None:
+        """Hydra's copy of the command into ``.hydra/`` (``config.yaml``, ``hydra.yaml``,
+        ``overrides.yaml``: ``{name: text}``), each file whole or not at all."""
+        if not self.enabled or not files:
+            return
+        folder = self.dir / ".hydra"
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, text in files.items():
+            write_atomic(folder / name, text)
+
     def add_failure(self, entry: dict[str, Any]) -> bool:
         """Append one failure to ``failures.jsonl``; best effort (False when even that fails)."""
         if not self.enabled:
@@ -175,7 +210,9 @@ class RunRecord:
         moving = [
             p
             for p in sorted(self.dir.iterdir())
-            if p.name not in KEPT_IN_PLACE and not (p.is_file() and p.suffix == ".log")
+            if p.name not in KEPT_IN_PLACE
+            and not (p.is_file() and p.suffix == ".log")
+            and not holds_record(p)  # another run's folder (the older, nested layout): not ours
         ]
         if not self.enabled or not moving:
             return None
@@ -186,6 +223,31 @@ class RunRecord:
         for path in moving:
             os.replace(path, target / path.name)
         return target
+
+
+#: What marks a folder as a run's: any of the record's files.
+RECORD_FILES = ("config.yaml", "identity.json", "metrics.jsonl", "summary.json", "checkpoints", ".hydra")
+
+
+def holds_record(path: Path) -> bool:
+    """Whether ``path`` is a folder with a run's record in it."""
+    return path.is_dir() and any((path / name).exists() for name in RECORD_FILES)
+
+
+def move_record(source: Path, target: Path, keep: tuple[str, ...] = (".lock",)) -> list[str]:
+    """Move the record in folder ``source`` into folder ``target`` (an entry ``target`` already has,
+    such as this session's own ``run.log``, arrives as ``<name>.moved``); ``keep`` stays behind.
+    Returns the names moved. Each move is a rename on one file system: nothing is copied."""
+    moved = []
+    for path in sorted(source.iterdir()):
+        if path.name in keep:
+            continue
+        destination = target / path.name
+        if destination.exists():
+            destination = target / f"{path.name}.moved"
+        os.replace(path, destination)
+        moved.append(path.name)
+    return moved
 
 
 def read_metrics(run_dir: Path, warn: bool = True) -> list[dict[str, Any]]:

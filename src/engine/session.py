@@ -18,6 +18,7 @@ code of every session.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
 import time
@@ -29,11 +30,12 @@ from typing import Any
 from omegaconf import DictConfig
 
 from src.errors import ConfigError, SuiteError
+from src.resolvers import legacy_folder
 
 from .distributed import Dist
 from .identity import Identity, code_version
 from .lock import RunLock
-from .record import RunRecord
+from .record import RunRecord, holds_record, move_record
 from .tracking import new_run_id
 
 log = logging.getLogger(__name__)
@@ -119,8 +121,10 @@ class RunSession:
     """``with RunSession(record, cfg, dist) as session:`` holds the folder's lock (main process)
     and opens the record as ``trainer.resume`` says; every process gets the same decision."""
 
-    def __init__(self, record: RunRecord, cfg: DictConfig, dist: Dist) -> None:
-        self.record, self.cfg, self.dist = record, cfg, dist
+    def __init__(
+        self, record: RunRecord, cfg: DictConfig, dist: Dist, hydra_files: dict[str, str] | None = None
+    ) -> None:
+        self.record, self.cfg, self.dist, self.hydra_files = record, cfg, dist, hydra_files
         self.identity = Identity.of(cfg)
         self.lock = RunLock(record.dir) if dist.main else None
 
@@ -131,7 +135,9 @@ class RunSession:
             if self.lock is not None:
                 self.lock.acquire()
                 locked = True
-            found = open_record(self.record, self.cfg, self.identity) if self.dist.main else None
+            found = None
+            if self.dist.main:
+                found = open_record(self.record, self.cfg, self.identity, self.hydra_files)
         except Exception as error:  # every process must learn of it, or the others would wait
             found = error
         found = self.dist.share(found)
@@ -146,8 +152,12 @@ class RunSession:
             self.lock.release()
 
 
-def open_record(record: RunRecord, cfg: DictConfig, identity: Identity) -> Opening:
-    """The main process's decision (see the module docstring); writes a new record's first files."""
+def open_record(
+    record: RunRecord, cfg: DictConfig, identity: Identity, hydra_files: dict[str, str] | None = None
+) -> Opening:
+    """The main process's decision (see the module docstring); writes a new record's first files,
+    and, where this session will train, Hydra's copy of its command (``hydra_files``, ``.hydra/``)."""
+    adopt_legacy(record)
     mode = cfg.trainer.get("resume", "auto")
     if record.has_trained():
         if mode == "never":
@@ -157,14 +167,40 @@ def open_record(record: RunRecord, cfg: DictConfig, identity: Identity) -> Openi
                 "and starts over"
             )
         if mode == "auto":
-            return continued(record, identity)
+            opening = continued(record, identity)
+            if opening.kind != "complete":
+                record.write_hydra(hydra_files or {})
+            return opening
         moved = record.supersede()
         log.info("moved the earlier record of %s to %s", record.dir, moved)
         opening = Opening("fresh", new_run_id(), superseded=str(moved))
     else:
         opening = Opening("fresh", new_run_id())
     record.start(cfg, identity, opening.wandb_id)
+    record.write_hydra(hydra_files or {})
     return opening
+
+
+def adopt_legacy(record: RunRecord) -> None:
+    """A run with overrides whose record is still where the older layout put it, inside the folder
+    of the run without overrides (``…/seed=0/trainer.max_steps=20``, :func:`legacy_folder`): move
+    that record here, under its folder's lock too (an older process may still train there), so
+    that the same command resumes it. Nothing is copied or deleted; the emptied folder is removed."""
+    legacy = legacy_folder(record.dir)
+    if legacy is None or not record.enabled or record.has_trained() or not holds_record(legacy):
+        return
+    with RunLock(legacy):
+        moved = move_record(legacy, record.dir)
+    for emptied in (legacy, legacy.parent):  # the parent too, where no run without overrides is
+        with contextlib.suppress(OSError):
+            emptied.rmdir()
+    log.warning(
+        "moved the record of this run from %s, where the layout before overrides joined the seed's "
+        "name kept it, to %s (%d entries)",
+        legacy,
+        record.dir,
+        len(moved),
+    )
 
 
 def continued(record: RunRecord, identity: Identity) -> Opening:

@@ -1,5 +1,7 @@
 """The shared training loop: steps, accumulation, AMP, clipping, validation, monitoring,
-checkpoints and resume. Classification, LRA, LM and the sandbox all train here.
+checkpoints and resume. Classification, LRA, LM and the sandbox all train here. Whatever
+``trainer.*`` says, SIGTERM, SIGUSR1 or SIGUSR2 (SLURM's preemption and time-limit signals) stop
+it at the next step boundary with ``last.pt`` saved, and a rerun resumes (:mod:`.preemption`).
 
 Longer than the suite's 300 lines because the loop is one object whose state a checkpoint
 carries whole (:class:`LoopState`): its step, skip accounting, validation and resume share that
@@ -15,7 +17,7 @@ import math
 import re
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import torch
 from omegaconf import DictConfig
@@ -29,6 +31,7 @@ from src.errors import SuiteError
 from . import checkpoint, evaluation
 from .data import BatchStream, Position, eval_loader, to_device
 from .distributed import Dist
+from .preemption import Preempted, PreemptionGuard
 from .progress import make_progress
 from .recorder import Recorder, kept_best
 from .session import Session
@@ -115,7 +118,7 @@ class Trainer:
         if state.step == 0 and self.monitor is not None:
             self._at_init()
         started, window_start, window_samples = time.monotonic(), time.monotonic(), 0
-        try:
+        with contextlib.closing(progress), PreemptionGuard() as guard:
             self.model.train()
             while state.step < self.total_steps:
                 loss = self._optimizer_step(batches)
@@ -136,12 +139,23 @@ class Trainer:
                 if (cfg.val_every and state.step % cfg.val_every == 0) or state.step == self.total_steps:
                     self._validate()
                 if state.step % cfg.checkpoint_every == 0 or state.step == self.total_steps:
-                    state.wall_s += time.monotonic() - started
-                    started = time.monotonic()
-                    self._save()
-        finally:
-            progress.close()
+                    started = self._checkpoint(started)
+                if (signum := guard.stop_signal(self.dist)) is not None:
+                    self._preempted(signum, guard.chained(signum), started)
         return state
+
+    def _checkpoint(self, started: float) -> float:
+        """Save ``last.pt``, adding the training time since ``started``; when the next period starts."""
+        self.state.wall_s += time.monotonic() - started
+        self._save()
+        return time.monotonic()
+
+    def _preempted(self, signum: int, previous, started: float) -> NoReturn:
+        """Stop at this step boundary for ``signum``: ``last.pt`` holds this step (saved now unless
+        it was just saved), then :class:`~.preemption.Preempted` says so and how the run resumes."""
+        if self.saved_step != self.state.step:
+            self._checkpoint(started)
+        raise Preempted(signum, self.state.step, self.total_steps, self.record.checkpoint, previous)
 
     def _stream(self) -> BatchStream:
         return BatchStream(

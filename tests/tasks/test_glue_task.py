@@ -106,7 +106,7 @@ def test_a_missing_checkpoint_is_one_error_naming_it(glue_files, tmp_path):
 
 
 def test_the_pretraining_run_is_the_sibling_of_the_same_command():
-    multirun = "out/multirun/glue_tiny/glue_tiny_rte/crammed_bert_micro/standard/seed=2/experiment=glue_tiny"
+    multirun = "out/multirun/glue_tiny/glue_tiny_rte/crammed_bert_micro/standard/seed=2,experiment=glue_tiny"
     assert resolvers.sibling_run(multirun, "mlm_tiny", 2) == multirun.replace("glue_tiny_rte", "mlm_tiny")
     single = "/x/outputs/runs/glue_cola/crammed_bert/standard/seed=3"
     assert resolvers.sibling_run(single, "mlm", 0) == "/x/outputs/runs/mlm/crammed_bert/standard/seed=0"
@@ -126,9 +126,9 @@ def test_glue_tiny_pretrains_fine_tunes_and_beats_chance_on_each_task(tmp_path):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     sweep = tmp_path / "outputs" / "multirun" / "glue_tiny"
-    (pretrained,) = sweep.glob("mlm_tiny/*/standard/seed=0/*/checkpoints/last.pt")
+    (pretrained,) = sweep.glob("mlm_tiny/*/standard/seed=0,*/checkpoints/last.pt")
     for task in ("glue_tiny_sst2", "glue_tiny_rte"):
-        (run,) = sweep.glob(f"{task}/*/standard/seed=0/*/")
+        (run,) = sweep.glob(f"{task}/*/standard/seed=0,*/")
         summary = json.loads((run / "summary.json").read_text())
         config = (run / "config.yaml").read_text()
         assert f"pretrained: {pretrained}" in config  # fine-tuned from the sibling pretraining run

@@ -1,0 +1,154 @@
+"""Preemption: SIGTERM, SIGUSR1 or SIGUSR2 stop training at the next step boundary, after a
+checkpoint, and the run resumes from it.
+
+SLURM sends SIGTERM when it cancels or preempts a job (SIGKILL follows after ``KillWait``), and
+the signal of ``--signal`` before the time limit (SIGUSR1, or SIGUSR2 under submitit). While the
+shared loop trains, :class:`PreemptionGuard`'s handlers only note the first of them; at the next
+step boundary the loop saves ``last.pt`` and raises :class:`Preempted`, whose one line says where
+the checkpoint is and how the run resumes. The entry point records it (``failures.jsonl``, never a
+``failed`` summary: the run is incomplete, not failed) and ends with :func:`exit_preempted`: the
+line, the signal's earlier Python handler (submitit's, which requeues the job), or a requeue of
+its own for SIGUSR1 under SLURM (``scontrol requeue``, as Lightning does), and exit status
+128+signal. Under DDP all processes stop at the same step.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+from typing import Any, NoReturn
+
+import torch
+
+from src.errors import SuiteError
+
+from .announce import shown
+from .distributed import Dist
+
+log = logging.getLogger(__name__)
+
+SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
+Handler = Callable[[int, FrameType | None], Any]
+
+
+class Preempted(SuiteError):
+    """A signal stopped training after a checkpoint; the message says how the run resumes.
+
+    ``signum``: the signal; ``step`` of ``total``: where it stopped; ``checkpoint``: the file
+    that holds ``step``; ``previous``: the Python handler the signal had before the loop (called
+    by :func:`exit_preempted`), or None."""
+
+    def __init__(
+        self, signum: int, step: int, total: int, checkpoint: Path, previous: Handler | None = None
+    ) -> None:
+        self.signum, self.step, self.total = signum, step, total
+        self.checkpoint, self.previous = checkpoint, previous
+        super().__init__(stopped_line(signum, step, total, checkpoint))
+
+    @property
+    def exit_status(self) -> int:
+        """128 + the signal, as a shell reports a process the signal ended."""
+        return 128 + self.signum
+
+
+def stopped_line(signum: int, step: int, total: int, checkpoint: Path) -> str:
+    """``stopped by SIGTERM at step 12 of 60: checkpoint saved (…/last.pt); …`` and how it resumes."""
+    job = slurm_job()
+    where = f" (SLURM job {job})" if job else ""
+    resume = (
+        f"the job, once requeued, resumes from step {step} (or rerun the same command)"
+        if job
+        else "rerun the same command to resume"
+    )
+    return (
+        f"stopped by {signal.Signals(signum).name} at step {step} of {total}{where}: "
+        f"checkpoint saved ({shown(checkpoint)}); {resume}"
+    )
+
+
+class PreemptionGuard:
+    """``with PreemptionGuard() as guard:`` notes the first of :data:`SIGNALS` (the handlers do
+    nothing else) and restores the earlier handlers on leaving. Only the main thread can set
+    handlers: elsewhere it notes nothing. A signal the process was told to ignore stays ignored."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.previous: dict[int, Any] = {}
+
+    def __enter__(self) -> PreemptionGuard:
+        if threading.current_thread() is threading.main_thread():
+            for signum in SIGNALS:
+                if signal.getsignal(signum) is not signal.SIG_IGN:
+                    self.previous[signum] = signal.signal(signum, self._note)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+        self.previous = {}
+
+    def _note(self, signum: int, frame: FrameType | None) -> None:
+        if self.signum is None:
+            self.signum = signum
+
+    def stop_signal(self, dist: Dist) -> int | None:
+        """The signal to stop on at this step boundary, the same on every process: with DDP a
+        signal any process noted stops all (one all-reduce per step, only when world > 1)."""
+        if dist.world == 1:
+            return self.signum
+        noted = torch.tensor([float(self.signum == s) for s in SIGNALS], device=dist.device)
+        agreed = [int(s) for s, count in zip(SIGNALS, dist.all_sum(noted).tolist(), strict=True) if count]
+        return self.signum or (agreed[0] if agreed else None)
+
+    def chained(self, signum: int) -> Handler | None:
+        """The Python handler ``signum`` had before the guard (submitit's requeue), or None."""
+        handler = self.previous.get(signum)
+        return handler if callable(handler) else None
+
+
+def slurm_job() -> str | None:
+    """This SLURM job as ``scontrol`` names it (``<array job>_<task>`` for an array), or None."""
+    array = os.environ.get("SLURM_ARRAY_JOB_ID")
+    if array and os.environ.get("SLURM_ARRAY_TASK_ID"):
+        return f"{array}_{os.environ['SLURM_ARRAY_TASK_ID']}"
+    return os.environ.get("SLURM_JOB_ID") or None
+
+
+def requeue_if_slurm(signum: int) -> bool:
+    """SIGUSR1 (SLURM's ``--signal`` before the time limit) in a SLURM job, on its first process:
+    ``scontrol requeue`` the job, as Lightning does, and say how that went in one line. A failure
+    to requeue is logged, never raised: the checkpoint is saved and a rerun resumes from it."""
+    job = slurm_job()
+    rank = int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")) or 0)
+    if signum != signal.SIGUSR1 or job is None or rank != 0:
+        return False
+    try:
+        done = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as error:
+        log.warning("could not requeue SLURM job %s (%s); rerun the same command to resume", job, error)
+        return False
+    if done.returncode != 0:
+        why = (done.stderr or done.stdout).strip().splitlines()[:1] or [f"status {done.returncode}"]
+        log.warning("scontrol requeue %s failed (%s); rerun the same command to resume", job, why[0])
+        return False
+    log.info("requeued SLURM job %s: it resumes from the checkpoint", job)
+    return True
+
+
+def exit_preempted(stop: Preempted) -> NoReturn:
+    """The end of a preempted run, once the failure is recorded: its one line on stderr, the
+    signal's earlier Python handler (submitit's requeues the job and exits itself), or else
+    :func:`requeue_if_slurm`; then exit status 128+signal."""
+    print(stop, file=sys.stderr, flush=True)
+    if stop.previous is not None:
+        stop.previous(stop.signum, None)
+    else:
+        requeue_if_slurm(stop.signum)
+    sys.exit(stop.exit_status)

@@ -1,0 +1,105 @@
+"""Run folders: none holds another (a restart moves only its own record), the layout before that
+is adopted, a process refused a folder leaves Hydra's copy of the command as it was, and a failure
+that a later session trained past is no longer what the record says.
+
+The runs are the digits default, a few steps, in this process (``train`` with the folder the
+entry point would give it); the refused process is the real entry point.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import compose, make_image_folder, run_cli
+from test_record_integrity import killed
+
+from launch.records import read_run
+from src.engine import train
+from src.errors import DataError
+
+SHORT = [
+    "trainer.max_steps=6",
+    "trainer.checkpoint_every=3",
+    "trainer.val_every=3",
+    "trainer.log_every=5",
+    "trainer.monitor_every=0",
+]
+VARIANT = Path("runs/digits/vit_digits/precond")
+
+
+def trained(tmp_path: Path, folder: Path, *extra: str) -> dict:
+    return train(compose([*SHORT, *extra], tmp_path), folder)
+
+
+def record_files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_restart_moves_its_own_record_never_another_runs(tmp_path):
+    """``seed=0`` (no overrides) beside ``seed=0,trainer.val_every=2``; and, in the layout before
+    overrides joined the seed's name, a completed run nested inside ``seed=0/``: a restart of
+    ``seed=0`` moves neither."""
+    plain = tmp_path / VARIANT / "seed=0"
+    sibling, nested = plain.with_name("seed=0,trainer.val_every=2"), plain / "trainer.val_every=2"
+    trained(tmp_path, plain)
+    trained(tmp_path, sibling, "trainer.val_every=2")
+    trained(tmp_path, nested, "trainer.val_every=2")
+    kept = {folder: record_files(folder) for folder in (sibling, nested)}
+    summary = trained(tmp_path, plain, "trainer.resume=restart")
+    assert summary["status"] == "completed"
+    assert {folder: record_files(folder) for folder in kept} == kept  # byte for byte, where it was
+    moved = sorted(p.name for p in (plain / "superseded" / "1").iterdir())
+    assert moved == ["checkpoints", "config.yaml", "identity.json", "metrics.jsonl", "summary.json"]
+
+
+def test_the_same_command_adopts_its_record_from_the_nested_layout_and_resumes(tmp_path):
+    """A run killed at step 4 in ``seed=0/trainer.val_every=2`` (the layout before): the same
+    command, whose folder is now ``seed=0,trainer.val_every=2``, moves that record over and
+    resumes it from its checkpoint instead of starting over."""
+    old = tmp_path / VARIANT / "seed=0" / "trainer.val_every=2"
+    killed(tmp_path, old.relative_to(tmp_path), 5, *SHORT, "trainer.val_every=2")
+    rows_before = (old / "metrics.jsonl").read_text().splitlines()
+    new = old.parent.with_name("seed=0,trainer.val_every=2")
+    summary = trained(tmp_path, new, "trainer.val_every=2")
+    assert summary["status"] == "completed" and summary["steps"] == 6
+    assert [s["from_step"] for s in summary["sessions"]] == [0, 3]  # resumed at its step-3 checkpoint
+    assert not old.exists() and not old.parent.exists()  # emptied, then removed
+    assert (new / "metrics.jsonl").read_text().splitlines()[: len(rows_before) - 1] == rows_before[:-1]
+
+
+def test_a_refused_process_leaves_hydras_copy_of_the_command_as_it_was(tmp_path):
+    """The entry point writes ``.hydra/`` once it holds the folder and trains there; a second
+    command refused the same folder (``trainer.resume=never``, or a record of another
+    configuration) writes nothing into it."""
+    args = ["trainer.max_steps=2", "trainer.val_every=2"]
+    assert run_cli(args, cwd=tmp_path).returncode == 0
+    (hydra,) = tmp_path.glob("outputs/runs/**/.hydra")
+    written = record_files(hydra)
+    assert set(written) == {"config.yaml", "hydra.yaml", "overrides.yaml"}
+    assert "trainer.max_steps=2" in written["overrides.yaml"].decode()
+    for refused in (["trainer.resume=never"], ["optim.lr=0.5", f"hydra.run.dir={hydra.parent}"]):
+        result = run_cli([*args, *refused], cwd=tmp_path)
+        assert result.returncode == 2, result.stderr
+        assert record_files(hydra) == written, refused
+
+
+def test_a_run_that_trains_after_a_failure_no_longer_says_failed(tmp_path):
+    """A missing data folder fails the first session (summary: failed); the data is put there and
+    a second session trains 4 steps and is killed: the record says incomplete (rows, no summary),
+    and the failure stays in failures.jsonl."""
+    folder = tmp_path / "run"
+    args = ["task=imagenet", "backbone=vit_micro", "task.img_size=32", "task.batch_size=4"]
+    args += ["task.eval_batch_size=4", "task.num_classes=3", "trainer.num_workers=0"]
+    args += [f"paths.data_dir={tmp_path / 'data'}"]
+    with pytest.raises(DataError, match="missing data folder"):
+        trained(tmp_path, folder, *args)
+    assert json.loads((folder / "summary.json").read_text())["status"] == "failed"
+    make_image_folder(tmp_path / "data")
+    killed(tmp_path, Path("run"), 5, *SHORT, *args)
+    assert not (folder / "summary.json").exists()
+    run = read_run(folder)
+    assert run.status == "incomplete" and "last logged step 3" in run.error  # its validation at step 3
+    (failure,) = [json.loads(line) for line in (folder / "failures.jsonl").read_text().splitlines()]
+    assert "missing data folder" in failure["error"]
