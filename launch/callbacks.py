@@ -1,4 +1,5 @@
-"""Hydra callbacks: checks that fail a run or a sweep before it starts, in one message."""
+"""Hydra callbacks: checks that fail a run or a sweep before it starts, in one message, and the
+line that ends a multirun (:class:`SweepEnd`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
+import uuid
+import warnings
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +19,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from src.engine.record import write_atomic
 from src.errors import ConfigError
 
 
@@ -85,30 +91,103 @@ def check_writable(folder: Path) -> None:
 
 
 class SweepEnd(Callback):
-    """A multirun ends with one line: how its runs ended and the command for their tables and
-    plots. The runs are counted from their records (``summary.json``), so the line is right
-    whichever launcher ran them."""
+    """A multirun ends with one line: how *its* runs ended and the command for their tables and
+    plots. Every ad-hoc multirun shares one folder (``sweep_name: sweep``), so the line counts only
+    the jobs of this multirun, whichever launcher ran them:
+
+    * ``on_multirun_start`` (the driver) gives the multirun a new id, keeps its folder
+      ``<sweep dir>/.sweeps/<id>/`` and names it in ``<sweep dir>/.sweeps/latest``;
+    * ``on_job_start`` and ``on_job_end`` (each job's process: the driver's for the local launcher,
+      the submitit worker's for SLURM, which receives this callback pickled with the id) write
+      ``job-<n>.json`` there, naming the job's run folder, whole or not at all;
+    * ``on_multirun_end`` (the driver) reads each job's status from its run folder's record
+      (:func:`launch.records.read_run`: a job that left no summary counts as its record says,
+      ``incomplete`` or ``failed to start``; what cannot be read counts as ``unreadable``).
+
+    The sweep folder is on a file system all jobs share (Hydra's own assumption)."""
+
+    def __init__(self) -> None:
+        self.tracking: str | None = None  # <sweep dir>/.sweeps/<id>, absolute
+        self.untracked: str | None = None  # why this multirun's jobs could not be tracked
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        try:
+            sweeps = Path(str(config.hydra.sweep.dir)).absolute() / SWEEPS
+            tracking = sweeps / f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
+            tracking.mkdir(parents=True, exist_ok=True)
+            write_atomic(sweeps / "latest", tracking.name + "\n")
+        except Exception as error:  # noqa: BLE001  the sweep runs on; its end line says it did not count
+            self.untracked = f"{type(error).__name__}: {error}"
+            return
+        self.tracking = str(tracking)
+
+    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self._note_job(config)
+
+    def on_job_end(self, config: DictConfig, job_return: Any = None, **kwargs: Any) -> None:
+        self._note_job(config)
+
+    def _note_job(self, config: DictConfig) -> None:
+        """``job-<n>.json`` naming this job's run folder, in this multirun's folder (Hydra turns an
+        error here into a one-line warning; the job itself goes on). A single run is no sweep's."""
+        if "MULTIRUN" not in str(OmegaConf.select(config, "hydra.mode")):
+            return
+        tracking = self.tracking or latest_tracking(Path(str(config.hydra.sweep.dir)))
+        if tracking is None:
+            return
+        num = OmegaConf.select(config, "hydra.job.num")
+        name = f"job-{num}.json" if num is not None else f"job-{uuid.uuid4().hex}.json"
+        run_dir = str(Path(str(config.hydra.runtime.output_dir)).absolute())
+        write_atomic(Path(tracking) / name, json.dumps({"run_dir": run_dir, "job": num}) + "\n")
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        print(sweep_end_line(Path(str(config.hydra.sweep.dir))), flush=True)
+        sweep_dir = Path(str(config.hydra.sweep.dir))
+        tracking = Path(self.tracking) if self.tracking else None
+        print(sweep_end_line(sweep_dir, tracking, self.untracked), flush=True)
 
 
-def sweep_end_line(sweep_dir: Path) -> str:
+SWEEPS = ".sweeps"
+
+
+def latest_tracking(sweep_dir: Path) -> str | None:
+    """The folder of the multirun that last started in ``sweep_dir`` (``.sweeps/latest``), for a
+    job whose callback did not come with its multirun's id; None when there is none."""
+    try:
+        name = (sweep_dir / SWEEPS / "latest").read_text().strip()
+    except OSError:
+        return None
+    return str((sweep_dir / SWEEPS / name).absolute()) if name else None
+
+
+def sweep_end_line(sweep_dir: Path, tracking: Path | None, untracked: str | None = None) -> str:
     """``sweep done: 6 runs (5 completed, 1 failed) in <dir>; tables and plots: python -m launch.report
-    <dir>``."""
-    statuses: dict[str, int] = {}
-    for summary in sweep_dir.rglob("summary.json"):
-        if "superseded" in summary.relative_to(sweep_dir).parts:
-            continue
-        try:
-            status = json.loads(summary.read_text()).get("status", "unknown")
-        except (OSError, ValueError):
-            status = "unreadable"
-        statuses[status] = statuses.get(status, 0) + 1
+    <dir>``: the runs of the jobs ``tracking`` (this multirun's folder) names, each counted by its
+    record; where the jobs could not be tracked, the line says so instead of counting."""
+    advice = f" in {sweep_dir}; tables and plots: python -m launch.report {sweep_dir}"
+    if tracking is None:
+        return f"sweep done (its runs were not counted: {untracked or 'no record of its jobs'}){advice}"
+    try:
+        jobs = sorted(tracking.glob("job-*.json"))
+    except OSError as error:
+        return f"sweep done (its runs were not counted: {error}){advice}"
+    statuses = Counter(job_status(job) for job in jobs)
     counted = ", ".join(f"{n} {status}" for status, n in sorted(statuses.items()))
     runs = sum(statuses.values())
-    return (
-        f"sweep done: {runs} run{'s' if runs != 1 else ''}"
-        + (f" ({counted})" if counted else "")
-        + f" in {sweep_dir}; tables and plots: python -m launch.report {sweep_dir}"
-    )
+    return f"sweep done: {runs} run{'s' if runs != 1 else ''}" + (f" ({counted})" if counted else "") + advice
+
+
+def job_status(job: Path) -> str:
+    """How the job that ``job`` (a ``job-<n>.json``) names ended, as its run folder's record says:
+    ``failed to start`` where it holds no config (nothing was recorded), ``unreadable`` where the
+    note or the record cannot be read."""
+    from launch.records import read_run  # the records' reader, only when a multirun ends
+
+    try:
+        run_dir = Path(json.loads(job.read_text())["run_dir"])
+        if not (run_dir / "config.yaml").exists() and not (run_dir / ".hydra" / "config.yaml").exists():
+            return "failed to start"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # an evaluation left out: the report says so
+            return str(read_run(run_dir).status)
+    except Exception:  # noqa: BLE001  whatever the note or the folder holds, the line goes on
+        return "unreadable"

@@ -6,7 +6,9 @@ The workspace groups the runs by variant and option set (the config keys the sui
 carry, :func:`src.engine.tracking.run_config`) and plots the task's main metric (mean ± one
 standard deviation over seeds), the final metric per variant, κ and entropy; the report sets the
 papers' numbers (:mod:`launch.paper`) beside a panel grid of our runs. ``--dry-run`` writes the
-specification as JSON without any network; without it the library saves both (needs a W&B login).
+specification as JSON without any network, written whole or not at all (a file that cannot be
+written is one ``error: cannot write …`` line and exit status 2, an earlier one left as it was);
+without it the library saves both (needs a W&B login).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from launch.dashboard_spec import report, spec_json, workspace
+from src.engine.record import RecordError, write_atomic, write_failure
 from src.engine.tracking import main_metric
 from src.errors import ConfigError
 
@@ -32,6 +35,16 @@ def task_metric(task: str) -> str:
         known = ", ".join(sorted(p.stem for p in TASKS.glob("*.yaml")))
         raise ConfigError(f"--task {task}: no conf/task/{task}.yaml; one of: {known}")
     return main_metric(OmegaConf.load(path).task)[0]
+
+
+def write_spec(path: Path, text: str) -> None:
+    """``text`` into ``path`` (its folder made if need be), whole or not at all; a
+    :class:`RecordError` (``cannot write <path> (<reason>; N MB free on its disk)``) if not."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise RecordError(write_failure(path.parent, error)) from error
+    write_atomic(path, text)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,8 +66,11 @@ def main(argv: list[str] | None = None) -> int:
     view = workspace(args.entity, args.project, args.task, metric, args.sweep)
     if args.dry_run:
         rep = report(args.entity, args.project, args.task, metric, args.sweep, name_project=False)
-        args.dry_run.parent.mkdir(parents=True, exist_ok=True)
-        args.dry_run.write_text(json.dumps(spec_json(view, rep), indent=1) + "\n")
+        try:
+            write_spec(args.dry_run, json.dumps(spec_json(view, rep), indent=1) + "\n")
+        except RecordError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
         print(f"wrote the workspace and report specification to {args.dry_run}")
         return 0
     try:

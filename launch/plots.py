@@ -5,16 +5,17 @@ Each experiment is one line (mean over its seeds, a band from the lowest to the 
 Every panel is named and defined in its title (the monitor's quantities,
 :mod:`src.conditioning.monitor`, docs/methods.md#condition-numbers), every axis labelled (log
 scales said so), time in optimizer steps, and the legend sits outside the panels, below them.
-:func:`figures` builds the figures (the tests read them), :func:`plot` saves them. Apart from
+:func:`figures` builds the figures (the tests read them), :func:`pngs` renders them as PNG bytes,
+which :mod:`launch.report` writes with its other files, all whole or none. Apart from
 :mod:`launch.report` because they need matplotlib, imported only when drawing.
 """
 
 from __future__ import annotations
 
+import io
 import math
 import statistics
 import textwrap
-from pathlib import Path
 from typing import Any
 
 from .records import Run, options
@@ -60,9 +61,10 @@ def figures(runs: list[Run]) -> list[tuple[str, Any]]:
     return out
 
 
-def plot(runs: list[Run], out: Path) -> list[Path]:
-    """Draw :func:`figures` into ``out`` as PNGs; returns their paths."""
-    return [_save(fig, out / name) for name, fig in figures(runs)]
+def pngs(runs: list[Run]) -> dict[str, bytes]:
+    """``{file name: PNG content}`` of :func:`figures`: drawn in memory, so that nothing is written
+    until the report writes all its files (:func:`launch.report.write_files`)."""
+    return {name: _png(fig) for name, fig in figures(runs)}
 
 
 def _metric_figure(group: list[Run], label, title: str) -> Any:
@@ -147,10 +149,11 @@ def _band(ax, series: list[tuple[list[int], list[float]]], label: str) -> None:
         )
 
 
-def _save(fig, path: Path) -> Path:
+def _png(fig) -> bytes:
+    """``fig`` as PNG bytes; the figure is closed."""
     import matplotlib.pyplot as plt
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110)
     plt.close(fig)
-    return path
+    return buffer.getvalue()

@@ -4,10 +4,19 @@ A run folder is a folder with the suite's ``config.yaml`` or Hydra's ``.hydra/co
 Its status: ``completed`` (a summary says so), ``failed`` (a summary with the error line, after
 training), ``failed to start`` (it failed, or died, before its first step: its error from
 ``failures.jsonl`` or the summary), ``incomplete`` (rows but no summary: killed, timed out or
-still running), or ``unreadable`` (a damaged record, named), so the report lists every run that
-did not finish instead of dropping it. A run's test numbers are ``eval-<split>.json`` beside its
-record (``python -m src.eval <run> split=test``): :attr:`Run.reported` is its test number where
-it has one, its validation number otherwise, and says which.
+still running), or ``unreadable`` (a record that cannot be read: its one-line reason), so the
+report lists every run that did not finish instead of dropping it, and one damaged folder never
+stops it.
+
+A run folder is data: whatever it holds is read as values and checked for the shape the report
+needs (:func:`read_run`), and nothing is built from its config. A config that names a
+``_target_`` the suite's own configs do not (:func:`src.engine.safe_config.check_buildable`) makes
+its run ``unreadable``, its numbers unused.
+
+A run's test numbers are ``eval-<split>.json`` beside its record (``python -m src.eval <run>
+split=test``), used only where the evaluation says it measured the record's own configuration (its
+``identity`` is the record's hash, :func:`read_evals`): :attr:`Run.reported` is its test number
+where it has one, its validation number otherwise, and says which.
 
 Each run also carries its identity (:mod:`src.engine.identity`) without the seed: runs that
 share it are seeds of one experiment; runs that differ in anything else (a variant's option, the
@@ -17,16 +26,19 @@ run length, the data) are different experiments, whatever their folders are call
 from __future__ import annotations
 
 import json
-import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from src.engine.identity import Identity, flatten
-from src.engine.record import RecordError, RunRecord, read_metrics
+from src.engine.record import RunRecord, read_metrics
+from src.engine.safe_config import check_buildable
+from src.errors import SuiteError
+
+from .record_shapes import DamagedRecord, checked_rows, is_step, one_line, read_evals, read_summary
 
 
 @dataclass
@@ -122,25 +134,50 @@ def find_run_dirs(roots: Iterable[Path]) -> list[Path]:
 
 
 def read_run(folder: Path) -> Run:
-    """A run folder as a :class:`Run` (whatever state it was left in)."""
-    config, identity = run_config(folder)
-    run = Run(
-        name=str(folder),
-        task=str(OmegaConf.select(config, "task.name")),
-        backbone=str(OmegaConf.select(config, "backbone.name")),
-        attn=str(OmegaConf.select(config, "attn.variant")),
-        seed=int(OmegaConf.select(config, "seed", default=0)),
-        status="incomplete",
-        identity=identity.without("seed", *seed_keys(folder)),
-    )
-    run.attn_options = dict(run.identity.config.get("attn") or {})
+    """A run folder as a :class:`Run`, whatever state it was left in. A folder that cannot be read
+    (a config that is not a YAML mapping or names a ``_target_`` the suite does not build, a damaged
+    ``identity.json``, a summary or rows of the wrong shape, anything) is one ``unreadable`` run
+    with its one-line reason and none of its numbers, so that one folder never stops a report."""
+    run = Run(name=str(folder), task="?", backbone="?", attn="?", seed=0, status="incomplete")
     try:
-        run.rows = read_metrics(folder)
-        path = folder / "summary.json"
-        summary = json.loads(path.read_text()) if path.exists() else None
-    except (RecordError, ValueError) as error:
-        run.status, run.error = "unreadable", f"{type(error).__name__}: {error}"
-        return run
+        config, identity, recorded = run_config(folder, run)
+        name_run(run, config, identity, folder)
+        read_record(run, folder, recorded)
+        check_usable(run)
+    except Exception as error:  # noqa: BLE001  a run folder is data: whatever is wrong in it
+        return unreadable(run, error)
+    return run
+
+
+def unreadable(run: Run, error: BaseException) -> Run:
+    """``run`` as ``unreadable``: what it is (where its config told), the reason on one line, and no
+    numbers, none of which the report may use."""
+    own = isinstance(error, (SuiteError, DamagedRecord))  # their messages name the file already
+    reason = one_line(str(error) if own else f"{type(error).__name__}: {error}")
+    return Run(run.name, run.task, run.backbone, run.attn, run.seed, "unreadable", error=reason)
+
+
+def name_run(run: Run, config: DictConfig, identity: Identity, folder: Path) -> None:
+    """What ``run`` is, from its config: task, backbone, variant, seed, and its identity without
+    the seed (and the keys that follow it, :func:`seed_keys`)."""
+    run.task = str(OmegaConf.select(config, "task.name"))
+    run.backbone = str(OmegaConf.select(config, "backbone.name"))
+    run.attn = str(OmegaConf.select(config, "attn.variant"))
+    seed = OmegaConf.select(config, "seed", default=0)
+    try:
+        run.seed = int(seed)
+    except (TypeError, ValueError) as error:
+        raise DamagedRecord(f"{folder}: its config's seed {seed!r} is not an integer") from error
+    run.identity = identity.without("seed", *seed_keys(folder))
+    attn = run.identity.config.get("attn")
+    run.attn_options = dict(attn) if isinstance(attn, dict) else {}
+
+
+def read_record(run: Run, folder: Path, recorded: frozenset[str]) -> None:
+    """The record's rows, summary and evaluations into ``run`` (each checked for the shape the
+    report reads), and its status; ``recorded``: the identity hashes an evaluation may name."""
+    run.rows = checked_rows(read_metrics(folder), folder / "metrics.jsonl")
+    summary = read_summary(folder / "summary.json")
     if summary is not None:
         run.status = summary.get("status", "completed")
         run.metric, run.metric_mode = summary.get("metric"), summary.get("metric_mode")
@@ -150,7 +187,7 @@ def read_run(folder: Path) -> Run:
         run.best = {k: v for k, v in (summary.get("best") or {}).items() if v is not None}
         if isinstance(summary.get("attn_options"), dict):
             run.attn_options = summary["attn_options"]
-        run.evals = read_evals(folder, summary)
+        run.evals = read_evals(folder, summary, recorded)
         if run.status == "failed" and not RunRecord(folder, enabled=False).has_trained():
             run.status = "failed to start"
     elif run.rows:
@@ -161,24 +198,94 @@ def read_run(folder: Path) -> Run:
         run.error = last_failure(folder) or (
             "no record: it died before writing anything (killed while starting?), or is starting now"
         )
-    return run
 
 
-def run_config(folder: Path) -> tuple[Any, Identity]:
-    """The run's config and its identity: the record's (:meth:`RunRecord.recorded_identity`),
-    else one computed from Hydra's unresolved config, resolving what it can."""
-    own = folder / "config.yaml"
-    cfg = OmegaConf.load(own if own.exists() else folder / ".hydra" / "config.yaml")
+def check_usable(run: Run) -> None:
+    """Compute once what the report computes of ``run`` alone (its number, length, label, curve),
+    so that whatever still fails on it fails here, for this run only."""
+    from .results import variant_label  # results reads records
+
+    _ = run.reported, run.epochs, run.higher_is_better, run.context, variant_label(run)
+    if run.metric:
+        run.series(run.metric)
+
+
+def run_config(folder: Path, run: Run | None = None) -> tuple[DictConfig, Identity, frozenset[str]]:
+    """The run's config, its identity, and the hashes an evaluation of it may name (:func:`read_evals`).
+
+    The config is the record's ``config.yaml`` (written resolved), else Hydra's
+    ``.hydra/config.yaml`` (unresolved). Each of them that exists is read as data (:func:`load_config`)
+    and checked (:func:`src.engine.safe_config.check_buildable`: only the ``_target_`` s the suite's
+    own configs set, and no interpolation in a config written resolved) before anything in it is
+    resolved; ``run``, where given, is named from its plain values first (:func:`name_plainly`), so
+    that a refused run is still listed as what it says it is. The identity is ``identity.json``'s
+    (its ``hash``), else the one the record's config gives (as
+    :meth:`RunRecord.recorded_identity` computes it), else one computed from Hydra's config,
+    resolving what it can."""
+    own, hydra = folder / "config.yaml", folder / ".hydra" / "config.yaml"
+    loaded = {path: load_config(path) for path in (own, hydra) if path.exists()}
+    if not loaded:
+        raise DamagedRecord(f"{folder} holds neither config.yaml nor .hydra/config.yaml")
+    cfg = loaded[own] if own in loaded else loaded[hydra]
+    if run is not None:
+        name_plainly(run, OmegaConf.to_container(cfg, resolve=False))
+    for path, config in loaded.items():
+        check_buildable(OmegaConf.to_container(config, resolve=False), path, resolved=path == own)
+    recorded = recorded_identity(folder / "identity.json")
+    if recorded is not None:
+        return cfg, *recorded
+    if own in loaded:
+        identity = Identity.of(OmegaConf.to_container(cfg, resolve=False))
+        return cfg, identity, frozenset({identity.hash})
     try:
-        identity, _ = RunRecord(folder, enabled=False).recorded_identity()
-    except RecordError:  # a damaged identity.json: the config still tells
-        identity = None
-    if identity is not None:
-        return cfg, identity
-    try:
-        return cfg, Identity.of(OmegaConf.to_container(cfg, resolve=True))
+        identity = Identity.of(OmegaConf.to_container(cfg, resolve=True))
     except Exception:  # noqa: BLE001  Hydra's ${hydra:…} or ${oc.env:…} cannot resolve here
-        return cfg, Identity.of(OmegaConf.to_container(cfg, resolve=False))
+        identity = Identity.of(OmegaConf.to_container(cfg, resolve=False))
+    return cfg, identity, frozenset({identity.hash})
+
+
+def load_config(path: Path) -> DictConfig:
+    """``path`` read as data, nothing in it resolved nor built: a YAML mapping, else a
+    :class:`DamagedRecord`."""
+    try:
+        cfg = OmegaConf.load(path)
+    except Exception as error:  # noqa: BLE001  YAML's errors, OmegaConf's, a folder by that name
+        raise DamagedRecord(f"{path} is not a YAML mapping ({one_line(str(error), 160)})") from error
+    if not isinstance(cfg, DictConfig):
+        raise DamagedRecord(f"{path} is not a YAML mapping (it holds a list)")
+    return cfg
+
+
+def name_plainly(run: Run, tree: dict[str, Any]) -> None:
+    """``run``'s task, backbone, variant and seed where its unresolved config gives them as plain
+    values (an interpolation is not resolved: the config is not checked yet)."""
+    flat = flatten(tree)
+    for attr, key in (("task", "task.name"), ("backbone", "backbone.name"), ("attn", "attn.variant")):
+        value = flat.get(key)
+        if isinstance(value, (str, int, float)) and "${" not in str(value):
+            setattr(run, attr, str(value))
+    if is_step(tree.get("seed")):
+        run.seed = tree["seed"]
+
+
+def recorded_identity(path: Path) -> tuple[Identity, frozenset[str]] | None:
+    """``(identity, hashes)`` from ``identity.json`` (None: the record has none): its ``hash``, and
+    its config's hash as computed now, which differs only where a class named in it has moved since
+    (:data:`src.engine.identity.MOVED_TARGETS`): both are the record's. A damaged one is a
+    :class:`DamagedRecord`: without it no evaluation can be matched to the run."""
+    if not path.exists():
+        return None
+    try:
+        meta = json.loads(path.read_text())
+    except ValueError as error:
+        raise DamagedRecord(f"{path} is damaged (not JSON: {error})") from error
+    if not isinstance(meta, dict) or not isinstance(meta.get("config"), dict):
+        raise DamagedRecord(f"{path} is damaged (no 'config' object)")
+    identity = Identity(meta["config"])
+    recorded = meta.get("hash", identity.hash)
+    if not isinstance(recorded, str):
+        raise DamagedRecord(f"{path} is damaged (its 'hash' is not a string)")
+    return identity, frozenset({recorded, identity.hash})
 
 
 def seed_keys(folder: Path) -> list[str]:
@@ -191,36 +298,6 @@ def seed_keys(folder: Path) -> list[str]:
     return [key for key, value in flatten(raw).items() if value == "${seed}"]
 
 
-def read_evals(folder: Path, summary: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
-    """``{split: record}`` of the folder's ``eval-<split>.json`` files; a damaged one, or one of a
-    checkpoint the record no longer names (:func:`stale_eval`), is left out with a warning."""
-    evals = {}
-    for path in sorted(folder.glob("eval-*.json")):
-        try:
-            record = json.loads(path.read_text())
-            if not isinstance(record.get("metrics"), dict) or record.get("metric") not in record["metrics"]:
-                raise ValueError("no 'metrics' holding its 'metric'")
-            stale_eval(record, summary or {})
-        except (ValueError, AttributeError) as error:
-            warnings.warn(
-                f"{path} is left out ({error}); its run is reported on validation: rerun "
-                f"`python -m src.eval {folder} split={path.stem.removeprefix('eval-')}`",
-                stacklevel=2,
-            )
-            continue
-        evals[record.get("split") or path.stem.removeprefix("eval-")] = record
-    return evals
-
-
-def stale_eval(record: dict[str, Any], summary: dict[str, Any]) -> None:
-    """A ``ValueError`` when the evaluated checkpoint's step is not the one ``summary`` names for it
-    (``best``: the best validation's step; ``last``: the steps trained): the run went on since."""
-    which, step = record.get("checkpoint"), record.get("checkpoint_step")
-    expected = {"best": (summary.get("best") or {}).get("step"), "last": summary.get("steps")}.get(which)
-    if expected is not None and step != expected:
-        raise ValueError(f"it measured the {which} checkpoint at step {step}, the record's at {expected}")
-
-
 def last_failure(folder: Path) -> str | None:
     """The error line of the last session that failed in ``folder`` (``failures.jsonl``)."""
     path = folder / "failures.jsonl"
@@ -228,21 +305,25 @@ def last_failure(folder: Path) -> str | None:
         return None
     for line in reversed(path.read_text(errors="replace").splitlines()):
         try:
-            return json.loads(line).get("error")
+            entry = json.loads(line)
         except ValueError:
             continue
+        if isinstance(entry, dict) and entry.get("error") is not None:
+            return str(entry["error"])
     return None
 
 
 def read_runs(roots: Iterable[Path]) -> list[Run]:
+    """Every run folder under ``roots`` (:func:`find_run_dirs`), each read on its own (:func:`read_run`)."""
     return [read_run(folder) for folder in find_run_dirs(roots)]
 
 
 def options(runs: Iterable[Run]) -> dict[str, dict[str, Any]]:
     """For each experiment (:attr:`Run.experiment`), the settings that tell it apart from the
     other experiments of the same task and backbone: ``{"attn.lam": 10.0, "trainer.max_steps": 100}``
-    (the variant's name is the table's own column and is left out)."""
-    by_experiment = {r.experiment: r for r in runs}
+    (the variant's name is the table's own column and is left out). Unreadable runs have no
+    settings to compare."""
+    by_experiment = {r.experiment: r for r in runs if r.status != "unreadable"}
     flat = {e: flatten(r.identity.config) for e, r in by_experiment.items()}
     out = {}
     for experiment, run in by_experiment.items():

@@ -6,12 +6,18 @@ and its options, and every other setting: run length, recipe, data), and writes 
 beside ours; the settings that tell experiments of one task and backbone apart), the P4-style
 steps each variant needs to reach ``standard``'s final metric, PNG plots (the metric over
 training per experiment with a band over seeds; κ over training), the runs that failed, failed
-to start or never finished, with their error line, and the duplicates (two runs of one identity
-and seed: counted once). Which way a metric is better comes from ``summary.json``'s
-``metric_mode``. Each number says its split: a run's test number (``eval-test.json``) where
-every seed of its experiment has one, else the validation value. Beside the document,
-``results.csv`` and ``results.json`` carry the same rows: one per run and one per experiment
-(:func:`export_rows`).
+to start, never finished or cannot be read (``unreadable``: a damaged or foreign record, one row
+each with its reason; the report goes on with the others), with their error line, and the
+duplicates (two runs of one identity and seed: counted once). Which way a metric is better
+comes from ``summary.json``'s ``metric_mode``. Each number says its split: a run's test number
+(``eval-test.json`` of the record's own configuration) where every seed of its experiment has
+one, else the validation value. Beside the document, ``results.csv`` and ``results.json`` carry
+the same rows: one per run and one per experiment (:func:`export_rows`).
+
+Every file is written whole or not at all, and all of them or none: each goes to a temporary
+file beside its place, and only once every one is written are they renamed into place
+(:func:`write_files`). A write that fails is one ``error: cannot write <path> (<reason>; N MB
+free on its disk)`` line and exit status 2, the earlier report left as it was.
 
 This module writes the documents and is the command; what it prints comes from its neighbours:
 the experiments' numbers (:func:`table`, :func:`convergence`) from :mod:`launch.results`, the
@@ -23,15 +29,20 @@ from __future__ import annotations
 
 import argparse
 import csv
+import errno
+import io
 import json
+import os
 import statistics
 import sys
 from pathlib import Path
 from typing import Any
 
+from src.engine.record import RecordError, write_failure
+
 from .glue_table import glue_section
 from .paper import P4_EPOCHS_TO_TARGET
-from .plots import plot
+from .plots import pngs
 from .records import Run, options, read_runs, read_wandb
 from .results import (
     Cell,
@@ -120,7 +131,9 @@ def not_counted(runs: list[Run]) -> list[str]:
             "| --- | --- | --- | --- | --- | --- | --- |",
         ]
         lines += [
-            f"| {r.name} | {r.task} | {r.backbone} | {r.attn} | {r.seed} | {r.status} | {r.error or ''} |"
+            "| "
+            + " | ".join(cell(x) for x in (r.name, r.task, r.backbone, r.attn, r.seed, r.status, r.error))
+            + " |"
             for r in failed
         ]
     else:
@@ -133,11 +146,16 @@ def not_counted(runs: list[Run]) -> list[str]:
     return lines
 
 
+def cell(value: Any) -> str:
+    """``value`` as one cell of a markdown table: one line, its ``|`` escaped, "" for None."""
+    return "" if value is None else " ".join(str(value).split()).replace("|", "\\|")
+
+
 # -- the exports: one row per run and one per experiment (results.csv, results.json) ------------
 
 FIELDS = (
-    "kind task backbone attn options settings seed seeds steps epochs wall_s status metric split final "
-    "checkpoint best best_split mean std n note experiment run_dir"
+    "kind task backbone attn options settings seed seeds steps epochs wall_s status error metric split "
+    "final checkpoint best best_split mean std n note experiment run_dir"
 ).split()
 TYPES = {"seed": int, "steps": int, "n": int, "seeds": list} | dict.fromkeys(
     ("epochs", "wall_s", "final", "best", "mean", "std"), float
@@ -146,7 +164,8 @@ TYPES = {"seed": int, "steps": int, "n": int, "seeds": list} | dict.fromkeys(
 
 def export_rows(runs: list[Run]) -> list[dict[str, Any]]:
     """Every run (``kind=run``), then every experiment of completed runs (``kind=group``), as rows
-    with the :data:`FIELDS` keys, None where a key does not apply. *options*: the variant's
+    with the :data:`FIELDS` keys, None where a key does not apply (*error*: why a run did not
+    complete, or cannot be read). *options*: the variant's
     non-default options; *settings*: what else tells the experiment apart. A run's *final* is its
     test number where it has one, else its final validation value (*split*, *checkpoint* say
     which); *best* its best validation value. A group's *mean*, *std* (None for one seed), *n* and
@@ -163,6 +182,7 @@ def export_rows(runs: list[Run]) -> list[dict[str, Any]]:
                 "seed": r.seed,
                 "wall_s": r.wall_s,
                 "status": r.status,
+                "error": r.error if r.status != "completed" else None,
                 "metric": number.key if number else r.metric,
                 "split": number.split if number else None,
                 "final": number.value if number else None,
@@ -205,18 +225,68 @@ def _common(run: Run, settings: dict) -> dict[str, Any]:
     }
 
 
-def write_exports(rows: list[dict[str, Any]], out: Path) -> list[Path]:
-    """``results.csv`` and ``results.json`` in ``out``: the same rows (:func:`export_rows`); in the
+def exports(rows: list[dict[str, Any]]) -> dict[str, bytes]:
+    """``results.csv`` and ``results.json``'s content: the same rows (:func:`export_rows`); in the
     csv a None is an empty cell and a group's seeds are space-separated."""
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / "results.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=FIELDS)
-        writer.writeheader()
-        for row in rows:
-            cells = {k: " ".join(map(str, v)) if isinstance(v, list) else v for k, v in row.items()}
-            writer.writerow({k: "" if v is None else v for k, v in cells.items()})
-    (out / "results.json").write_text(json.dumps(rows, indent=1) + "\n")
-    return [out / "results.csv", out / "results.json"]
+    text = io.StringIO(newline="")
+    writer = csv.DictWriter(text, fieldnames=FIELDS)
+    writer.writeheader()
+    for row in rows:
+        cells = {k: " ".join(map(str, v)) if isinstance(v, list) else v for k, v in row.items()}
+        writer.writerow({k: "" if v is None else v for k, v in cells.items()})
+    return {
+        "results.csv": text.getvalue().encode(),
+        "results.json": (json.dumps(rows, indent=1) + "\n").encode(),
+    }
+
+
+def write_files(out: Path, files: dict[str, bytes]) -> list[Path]:
+    """Write ``files`` (name: content) into ``out``, all of them whole or none: each to a temporary
+    file beside its place, then, once every one is written, each renamed into place. A
+    :class:`RecordError` (``cannot write <path> (<reason>; N MB free on its disk)``) when ``out``
+    cannot be made or a file cannot be written; the files already there are then left as they were
+    (only a rename failing midway, the folder vanishing under it, would leave some renamed)."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise RecordError(write_failure(out, error)) from error
+    written: list[tuple[Path, Path]] = []
+    try:
+        for name, content in files.items():
+            path = out / name
+            tmp = path.with_name(f".{path.name}.tmp")
+            written.append((tmp, path))
+            write_synced(tmp, content, path)
+        for _, path in written:
+            if path.is_dir():  # the one rename that would fail for sure: before any is done
+                raise RecordError(
+                    write_failure(path, IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR)))
+                )
+        for tmp, path in written:
+            replace(tmp, path)
+    finally:
+        for tmp, _ in written:
+            tmp.unlink(missing_ok=True)
+    return [path for _, path in written]
+
+
+def replace(tmp: Path, path: Path) -> None:
+    """Rename ``tmp`` to ``path``; a :class:`RecordError` naming ``path`` if not (a folder by its name)."""
+    try:
+        os.replace(tmp, path)
+    except OSError as error:
+        raise RecordError(write_failure(path, error)) from error
+
+
+def write_synced(tmp: Path, content: bytes, path: Path) -> None:
+    """``content`` into ``tmp``, flushed to its disk; a :class:`RecordError` naming ``path`` if not."""
+    try:
+        with open(tmp, "wb") as f:
+            f.write(content)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as error:
+        raise RecordError(write_failure(path, error)) from error
 
 
 def read_exports_csv(path: Path) -> list[dict[str, Any]]:
@@ -254,13 +324,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out = args.out or (args.runs[0] / "report" if args.runs else Path("report"))
     text = markdown(table(runs), convergence(runs), runs)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "report.md").write_text(text)
-    exports = write_exports(export_rows(runs), out)
-    plots = plot(runs, out)
+    plots = pngs(runs)
+    try:
+        write_files(out, {"report.md": text.encode(), **exports(export_rows(runs)), **plots})
+    except RecordError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     print(text)
+    unreadable = sum(1 for r in runs if r.status == "unreadable")
     print(
-        f"wrote {out / 'report.md'}, {' and '.join(p.name for p in exports)}, {len(plots)} plots",
+        f"wrote {out / 'report.md'}, results.csv and results.json, {len(plots)} plots"
+        + (f"; {unreadable} unreadable run folder(s), listed in the report" if unreadable else ""),
         file=sys.stderr,
     )
     return 0

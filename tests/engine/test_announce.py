@@ -1,14 +1,19 @@
 """What a run says: its start and end lines, a complete record's line, progress as log lines
-where no bar can be drawn, and the line that ends a multirun."""
+where no bar can be drawn, and the line that ends a multirun (its own runs only)."""
 
 from __future__ import annotations
 
 import json
 import logging
+import pickle
+from pathlib import Path
 
 import pytest
 from conftest import compose, run_cli
+from hydra.types import RunMode
+from omegaconf import OmegaConf
 
+from launch.callbacks import SweepEnd
 from src.engine import train
 from src.engine.progress import LogProgress, make_progress
 from src.engine.task import Task
@@ -90,3 +95,92 @@ def test_a_job_log_and_a_multirun_say_it_all_without_a_terminal(tmp_path):
         assert any("digits step 20/20 (100%)" in line for line in log_lines)
         took = f"0:{round(summary['wall_s']):02d}"
         assert log_lines[-1].endswith(f"· 20 steps in {took} · {summary_path.relative_to(tmp_path)}")
+    # a second multirun into the same folder, its job in a submitit process (as on SLURM): its own run
+    again = ["-m", "attn=precond", "trainer.max_steps=20", "sweep_name=day", "hydra/launcher=local"]
+    out = run_cli(again, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert f"sweep done: 1 run (1 completed) in {sweep.relative_to(tmp_path)}" in out.stdout
+
+
+# -- the line that ends a multirun counts that multirun's jobs, by their records -------------------
+
+
+def hydra_config(sweep: Path, run_dir: Path | None = None, num: int | None = None):
+    """The part of a job's (or, without ``run_dir``, the multirun's) config the callback reads."""
+    hydra = {"mode": RunMode.MULTIRUN, "sweep": {"dir": str(sweep)}}
+    if run_dir is not None:
+        hydra |= {"runtime": {"output_dir": str(run_dir)}, "job": {"num": num}}
+    return OmegaConf.create({"hydra": hydra})
+
+
+def record(folder: Path, summary: object = None, rows: int = 0, config: bool = True) -> Path:
+    """A run folder by hand: its config, ``rows`` rows, and ``summary`` (None: none) as JSON."""
+    folder.mkdir(parents=True)
+    if config:
+        (folder / "config.yaml").write_text("task: {name: digits}\nattn: {variant: standard}\nseed: 0\n")
+    (folder / "metrics.jsonl").write_text(
+        "".join(f'{{"step": {s}, "split": "val"}}\n' for s in range(1, rows + 1))
+    )
+    if summary is not None:
+        (folder / "summary.json").write_text(json.dumps(summary))
+    return folder
+
+
+def start(sweep: Path) -> tuple[SweepEnd, SweepEnd]:
+    """A multirun started: the driver's callback, and the copy its jobs get (pickled, as submitit
+    sends it to a SLURM job)."""
+    driver = SweepEnd()
+    driver.on_multirun_start(hydra_config(sweep))
+    return driver, pickle.loads(pickle.dumps(driver))
+
+
+def jobs(job: SweepEnd, sweep: Path, folders: list[Path]) -> None:
+    for num, folder in enumerate(folders):
+        job.on_job_start(hydra_config(sweep, folder, num), task_function=None)
+        job.on_job_end(hydra_config(sweep, folder, num), job_return=None)
+
+
+def end_line(driver: SweepEnd, sweep: Path, capsys) -> str:
+    driver.on_multirun_end(hydra_config(sweep))
+    (line,) = capsys.readouterr().out.splitlines()
+    return line
+
+
+def test_two_multiruns_into_one_folder_each_count_their_own_runs(tmp_path, capsys):
+    sweep = tmp_path / "multirun" / "sweep"  # every ad-hoc multirun's folder
+    first, first_jobs = start(sweep)
+    second, second_jobs = start(sweep)  # started while the first runs: .sweeps/latest names it
+    jobs(
+        first_jobs,
+        sweep,
+        [
+            record(sweep / "a", {"status": "completed"}, rows=2),
+            record(sweep / "b", {"status": "failed", "error": "RuntimeError: x"}, rows=2),
+            record(sweep / "c", rows=3),  # killed: rows, no summary
+        ],
+    )
+    line = end_line(first, sweep, capsys)
+    assert line.startswith("sweep done: 3 runs (1 completed, 1 failed, 1 incomplete) in ")
+    jobs(
+        second_jobs,
+        sweep,
+        [
+            record(sweep / "d", {"status": "completed"}, rows=2),
+            record(sweep / "e", config=False),  # failed before its record started
+            record(sweep / "f", []),  # a summary that is not an object
+        ],
+    )
+    (Path(second.tracking) / "job-9.json").write_text("{")  # a torn note
+    line = end_line(second, sweep, capsys)
+    expected = "sweep done: 4 runs (1 completed, 1 failed to start, 2 unreadable)"
+    assert line == f"{expected} in {sweep}; tables and plots: python -m launch.report {sweep}"
+
+
+def test_a_multirun_whose_jobs_cannot_be_tracked_says_so_and_does_not_count(tmp_path, capsys):
+    blocked = tmp_path / "sweep"
+    blocked.write_text("a file where the sweep folder would be")
+    driver, job = start(blocked)
+    job.on_job_start(hydra_config(blocked, tmp_path / "run", 0), task_function=None)  # nothing to write into
+    line = end_line(driver, blocked, capsys)
+    assert line.startswith("sweep done (its runs were not counted: NotADirectoryError: ")
+    assert line.endswith(f") in {blocked}; tables and plots: python -m launch.report {blocked}")

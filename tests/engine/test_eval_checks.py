@@ -16,8 +16,9 @@ from conftest import compose
 from smoke.lra import SMALL_LISTOPS, TINY
 from test_eval import eval_cli
 
+from launch import report
 from src.engine import checkpoint, train
-from src.engine.identity import Identity
+from src.engine.identity import Identity, IdentityMismatch
 from src.engine.safe_config import UntrustedConfig, check_buildable
 
 QUICK = ["trainer.log_every=1", "trainer.monitor_every=0", "trainer.threads=1"]
@@ -62,14 +63,27 @@ def plant(run_dir: Path, key: tuple[str, ...], node: object) -> None:
     (run_dir / "identity.json").write_text(json.dumps(meta))
 
 
-def test_a_planted_target_is_refused_before_anything_is_built(tmp_path, capsys):
-    _, run_dir = trained(tmp_path, "run")
-    sentinel = tmp_path / "pwned"
+def test_a_planted_target_runs_nothing_in_eval_the_report_or_a_resume(tmp_path, capsys):
+    """finding 1's payload planted in a finished run's record: eval refuses it in one line, the
+    report lists the run as unreadable with that line, and the same command refuses to resume
+    another configuration; the payload never runs."""
+    cfg = compose([*QUICK, *SHORT], tmp_path)
+    train(cfg, tmp_path / "run")
+    run_dir, sentinel = tmp_path / "run", tmp_path / "pwned"
     plant(run_dir, ("task", "val_fraction"), payload_node(sentinel))
     code, out, err = eval_cli(capsys, run_dir)
     assert code == 2 and err.count("\n") == 1 and out == ""
     assert "names _target_ 'torch.load' at task.val_fraction._target_" in err and "refused" in err
-    assert not sentinel.exists() and not (run_dir / "eval-val.json").exists()
+    assert not (run_dir / "eval-val.json").exists()
+
+    assert report.main([str(run_dir), "--out", str(tmp_path / "report")]) == 0
+    (row,) = json.loads((tmp_path / "report" / "results.json").read_text())
+    assert row["status"] == "unreadable" and "task.val_fraction._target_" in row["error"]
+    assert row["final"] is None
+
+    with pytest.raises(IdentityMismatch, match="task.val_fraction"):
+        train(cfg, run_dir)
+    assert not sentinel.exists()
 
 
 @pytest.mark.parametrize(

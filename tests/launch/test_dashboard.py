@@ -4,6 +4,7 @@ is the library's own, read back unchanged."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from conftest import compose
@@ -65,3 +66,25 @@ def test_the_report_sets_the_papers_numbers_beside_ours(tmp_path):
 def test_an_unknown_task_is_one_message(tmp_path, capsys):
     assert dashboard.main(["--entity", "e", "--project", "p", "--task", "nope", "--dry-run", "x.json"]) == 2
     assert capsys.readouterr().err.startswith("error: --task nope: no conf/task/nope.yaml")
+
+
+@pytest.mark.parametrize("where", ["/proc/nope/x.json", "a-folder"])
+def test_a_specification_that_cannot_be_written_is_one_line_and_nothing_is_left(tmp_path, capsys, where):
+    (tmp_path / "a-folder").mkdir()
+    out = Path(where) if where.startswith("/") else tmp_path / where
+    assert dashboard.main(["--entity", "e", "--project", "p", "--dry-run", str(out)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(
+        "error: cannot write /proc/nope (" if where.startswith("/") else f"error: cannot write {out} ("
+    )
+    assert "MB free" in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-folder"]  # no temporary file left beside it
+
+
+def test_a_specification_is_written_whole_over_the_last_one(tmp_path):
+    out = tmp_path / "spec.json"
+    out.write_text("an earlier specification")
+    dry_run(tmp_path)
+    assert json.loads(out.read_text())["workspace"] and sorted(p.name for p in tmp_path.iterdir()) == [
+        "spec.json"
+    ]

@@ -10,6 +10,7 @@ from omegaconf import OmegaConf
 
 from launch import report
 from launch.records import read_runs, read_wandb
+from src.engine.identity import Identity
 
 STEPS = list(range(100, 1001, 100))
 
@@ -30,7 +31,8 @@ def write_run(
 ) -> Path:
     """A run folder as the suite writes it; ``curve`` is val/acc at STEPS (its last value is final,
     its highest the best); ``settings`` (dotted keys) go into its config; ``test``: its test/acc,
-    in ``eval-test.json`` as ``python -m src.eval`` writes it."""
+    in ``eval-test.json`` as ``python -m src.eval`` writes it (of the record's identity: the hash
+    of its config.yaml, as the record has no identity.json)."""
     folder = folder or root / task / backbone / attn / f"seed={seed}"
     folder.mkdir(parents=True)
     cfg = OmegaConf.create(
@@ -68,9 +70,15 @@ def write_run(
             "metric": "test/acc",
             **{"metric_mode": "max", "metrics": {"test/acc": test, "test/loss": 1.2}, "samples": 2000},
             **{"task": task, "wall_s": 3.2, "time": "2026-12-01 21:40:00", "git": "abc123"},
+            **{"identity": identity_of(folder), "record_identity": identity_of(folder), "overrides": []},
         }
         (folder / "eval-test.json").write_text(json.dumps(evaluation))
     return folder
+
+
+def identity_of(folder: Path) -> str:
+    """The identity hash of the record in ``folder`` that has no identity.json: its config.yaml's."""
+    return Identity.of(OmegaConf.to_container(OmegaConf.load(folder / "config.yaml"), resolve=False)).hash
 
 
 @pytest.fixture
