@@ -235,7 +235,7 @@ def broken_config(root: Path) -> None:
 
 
 def corrupt_checkpoints(root: Path) -> None:
-    folder = root / "outputs" / DIGITS_RUN / "trainer.max_steps=2" / "checkpoints"
+    folder = root / "outputs" / DIGITS_RUN.with_name("seed=0,trainer.max_steps=2") / "checkpoints"
     folder.mkdir(parents=True)
     for name in ("last.pt", "previous.pt"):
         (folder / name).write_bytes(b"garbage")
@@ -362,6 +362,12 @@ def limit_file_size() -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (256 * 1024, 256 * 1024))
 
 
+def limit_memory() -> None:
+    """A machine with 2 GB for the process's data: enough to import torch and build the model, not
+    for a 1024-wide ViT's activations on a batch of 1024."""
+    resource.setrlimit(resource.RLIMIT_DATA, (2 * 2**30, 2 * 2**30))
+
+
 TINY_IMAGENET = [
     "task=imagenet",
     "task.img_size=32",
@@ -481,7 +487,7 @@ CATALOGUE = [
     (
         "unwritable-output",
         ["paths.output_dir=/etc/hostname/out"],
-        "cannot write the run folder /etc/hostname/out/runs/digits/vit_digits/precond/seed=0/"
+        "cannot write the run folder /etc/hostname/out/runs/digits/vit_digits/precond/seed=0,"
         "trainer.max_steps=2 (Not a directory)",
         2,
         None,
@@ -578,6 +584,51 @@ CATALOGUE = [
         None,
         {},
     ),
+    ("negative-seed", ["seed=-1"], "seed=-1 must be an integer from 0 to 4294967295", 2, None, {}),
+    ("batch-of-zero", ["task.batch_size=0"], "task.batch_size=0 must be at least 1", 2, None, {}),
+    (
+        "eval-batch-of-zero",
+        ["task.eval_batch_size=0"],
+        "task.eval_batch_size=0 must be at least 1",
+        2,
+        None,
+        {},
+    ),
+    (
+        "negative-threads",
+        ["trainer.threads=-1"],
+        "trainer.threads=-1 must be at least 1 (or null)",
+        2,
+        None,
+        {},
+    ),
+    ("no-validation-data", ["task.val_fraction=0"], "task.val_fraction=0 must be in (0, 1)", 2, None, {}),
+    ("nan-learning-rate", ["optim.lr=nan"], "optim.lr=nan must be greater than 0", 2, None, {}),
+    (  # would flip the gradient and train wrong, saying "completed"
+        "negative-clipping",
+        ["trainer.clip_grad=-1"],
+        "trainer.clip_grad=-1.0 must be greater than 0 (or null)",
+        2,
+        None,
+        {},
+    ),
+    (  # would never validate and end with final: {}
+        "negative-eval-batches",
+        ["trainer.eval_batches=-1"],
+        "trainer.eval_batches=-1 must be at least 1 (or null)",
+        2,
+        None,
+        {},
+    ),
+    ("ema-over-one", ["trainer.ema=1.5"], "trainer.ema=1.5 must be in (0, 1) (or null)", 2, None, {}),
+    (
+        "out-of-memory",
+        ["task.batch_size=1024", "backbone.model.embed_dim=1024", "trainer.threads=1"],
+        "out of memory at step 0 on the CPU (it asked for",
+        2,
+        None,
+        {"preexec": limit_memory},
+    ),
     ("no-gpu", ["trainer.device=cuda"], "no usable CUDA GPU", 2, None, {}),
     (
         "slurm-unavailable",
@@ -606,10 +657,10 @@ def test_bad_input_ends_in_one_clear_message(args, message, status, setup, extra
         pytest.importorskip(extra["needs"])
     if setup is not None:
         setup(tmp_path)
-    before = {  # the record a setup left (Hydra's own .hydra/ and log describe each invocation)
-        p: p.read_bytes()
+    before = {  # the record a setup left, Hydra's copy of its command (.hydra/) included: a process
+        p: p.read_bytes()  # refused the folder leaves it as it was (Hydra's log describes each invocation)
         for p in tmp_path.glob("outputs/**/*")
-        if p.is_file() and p.suffix != ".log" and ".hydra" not in p.parts
+        if p.is_file() and p.suffix != ".log"
     }
     env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled", **extra.get("env", {})}
     options, overrides = split_options(args)
