@@ -10,7 +10,10 @@ states are stored as tensors and plain Python values).
 
 ``best.pt`` (:data:`BEST`) holds what evaluation needs of the best validation so far: the model
 (and EMA) weights, its step, the main metric's name and value, and the record's meta. It is
-written the same atomic way, but never rotated into ``previous.pt``.
+written the same atomic way, but never rotated into ``previous.pt``; an unreadable one is moved to
+``best.pt.corrupt`` by :func:`load_best`, and its reader falls back to ``last.pt``. A file that
+loads but is not a checkpoint of this suite (another program's ``{'state_dict': …}``) counts as
+unreadable (:func:`load_checked`).
 """
 
 from __future__ import annotations
