@@ -155,8 +155,9 @@ def check_values(cfg: DictConfig) -> None:
             raise ConfigError(f"trainer.{key}={t[key]!r} is not one of {', '.join(allowed)}")
     if t.get("test_after") not in (None, "best", "last"):
         raise ConfigError(f"trainer.test_after={t.test_after!r} is not one of best, last, null")
-    plain = OmegaConf.to_container(cfg, resolve=True)
-    plain.pop("hydra", None)
+    plain = OmegaConf.to_container(cfg, resolve=False)  # values as given: an interpolation is
+    plain.pop("hydra", None)  # checked where it points, and resolving here would fail first on a
+    # task and backbone that do not fit (check_compatible names them)
     for key, value in flatten(plain).items():
         if isinstance(value, float) and not math.isfinite(value):
             raise ConfigError(f"{key}={value} is not a finite number")
