@@ -6,7 +6,11 @@ as some of them) and a tiny COCO shapes; a Mask R-CNN small enough for 2 CPU ste
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
+
+import torch
+from torch import Tensor, nn
 
 from tasks.detection.shapes import ShapesSpec, write_coco_shapes
 
@@ -43,6 +47,18 @@ TINY_SHAPES = [f"task.generate.{k}={v}" for k, v in vars(TINY_SPEC).items()]
 
 OVERRIDES = {"coco": TINY_DETECTOR, "coco_shapes": [*TINY_DETECTOR, *TINY_SHAPES]}
 
+#: the full-size backbones' one real step: Mask R-CNN with XCiT-S12/16 on the tiny COCO
+FULL_SIZE_STEP = "paper/coco"
+#: each full-size backbone's depth, heads and stages at 2-4 channels per head
+REDUCED_WIDTH = {
+    "vit_base_det": ["++backbone.model.embed_dim=24"],  # 12 heads of 2
+    "xcit_small_det": ["++backbone.model.embed_dim=16"],  # 8 heads of 2
+    "xcit_medium_det": ["++backbone.model.embed_dim=16"],
+    "swin_tiny_det": ["++backbone.model.embed_dim=12"],  # stages of 3, 6, 12, 24 heads of 4
+}
+#: the strides of the FPN's five levels (the last is its max-pooled extra level)
+FPN_STRIDES = (4, 8, 16, 32, 64)
+
 
 def coco_categories() -> list[dict]:
     """COCO 2017's 80 categories as its annotation files list them (names as mmdet spells them)."""
@@ -66,3 +82,39 @@ def prepare(data_dir: Path) -> None:
         write_coco_fixture(data_dir / "coco")
     except ImportError:  # the detection extra is optional: its tasks are skipped without it
         pass
+
+
+def build_as_trained(task, cfg) -> nn.Module:
+    """Mask R-CNN as the task's Runner builds it (``build_config``'s model, the variant applied by
+    the backbone's constructor), then initialised as the Runner does (``init_weights``, which reads
+    values: not on the meta device)."""
+    from mmdet.registry import MODELS
+    from mmdet.utils import register_all_modules
+
+    import src.models.detection  # noqa: F401  registers the backbones
+    from tasks.detection.config import build_config
+
+    register_all_modules()
+    mm = build_config(task, cfg, Path(cfg.paths.output_dir) / "mmdet", Path(cfg.paths.data_dir) / task.folder)
+    model = MODELS.build(mm.model)
+    if not next(model.parameters()).is_meta:
+        model.init_weights()
+    return model
+
+
+def synthetic_batch(task, size: int = 2) -> tuple[Tensor, list[tuple[int, ...]]]:
+    """Images ``(B, 3, H, W)`` of the task's ``img_scale`` (longer, shorter side) on the default
+    device, and the shapes of the FPN's five maps for them: the backbone pads each side to a
+    multiple of 32, level ``s`` is ``ceil(side / s)``."""
+    width, height = task.img_scale
+    padded = [math.ceil(side / 32) * 32 for side in (height, width)]
+    channels = task.detector["neck_channels"]
+    maps = [(size, channels, *(math.ceil(side / s) for side in padded)) for s in FPN_STRIDES]
+    return torch.randn(size, 3, height, width), maps
+
+
+def step(task, model: nn.Module, images: Tensor) -> tuple[Tensor, tuple[Tensor, ...]]:
+    """``(loss, maps)`` through backbone and FPN. The heads' losses pick proposals and samples by
+    value (NMS, sampling), which the meta device has not: this loss is the maps' mean square."""
+    maps = model.extract_feat(images)  # five (B, C, H / s, W / s)
+    return sum(m.float().square().mean() for m in maps), maps

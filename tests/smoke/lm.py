@@ -9,14 +9,28 @@ The text is CPython's ``pydoc_data`` topics (English prose and code, shipped wit
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+from torch import Tensor
 
 TINY_LM = ["task.seq_len=16", "task.batch_size=4", "task.eval_batch_size=4", "trainer.num_workers=0"]
 HUB = [*TINY_LM, "trainer.precision=fp32"]
 
 OVERRIDES = {"lm_char": TINY_LM, "lm_tinystories": HUB, "lm_wikitext103": HUB}
-#: full-size decoders (up to 472M parameters, a minute a combination on 2 cores) train their
-#: two steps on this task only; on the others, whose data path the tiny decoder covers, they compose
-FULL_SIZE_TRAINS_ON = ["lm_char"]
+#: full-size decoders (up to 472M parameters) build and step on the meta device on this task only;
+#: on the others, whose data path the tiny decoder covers, they compose
+FULL_SIZE_STEPS_ON = ["lm_char"]
+#: the full-size decoders' one real step: GPT-2 small on the TinyStories copy, GPT-2's file format
+FULL_SIZE_STEP = "paper/lm"
+#: each full-size decoder's depth and heads at 2 channels per head
+REDUCED_WIDTH = {
+    "gpt2_small": ["backbone.model.dim=24"],  # 12 heads
+    "gpt2_medium": ["backbone.model.dim=32"],  # 16 heads
+    "gpt_472m": ["backbone.model.dim=40"],  # 20 heads
+}
+#: the vocabulary of each tokenizer a task can name (``bpe``: the task's ``bpe_vocab_size``)
+VOCABULARY = {"bytes": 256, "gpt2": 50257}
 
 
 def documents() -> tuple[list[str], list[str]]:
@@ -68,3 +82,16 @@ def prepare(data_dir: Path) -> None:
         {"train": lines(train), "validation": lines(val), "test": lines(val)},  # WikiText's three splits
     )
     write_gpt2_format_bpe(data_dir / "tokenizers" / "gpt2", train)
+
+
+def without_data(task) -> None:
+    """The tokenizer's vocabulary size, which ``build_model`` reads, without reading the data."""
+    size = VOCABULARY.get(task.tokenizer_kind, task.bpe_vocab_size)
+    task.tokenizer = SimpleNamespace(vocab_size=size)
+
+
+def synthetic_batch(task, size: int = 2) -> tuple[Tensor, tuple[int, ...]]:
+    """``seq_len + 1`` token ids per sample ``(B, L + 1)`` on the default device, and the logits'
+    shape ``(B, L, V)``."""
+    vocab = task.tokenizer.vocab_size
+    return torch.randint(0, vocab, (size, task.seq_len + 1)), (size, task.seq_len, vocab)

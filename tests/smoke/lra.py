@@ -12,6 +12,8 @@ import random
 from pathlib import Path
 
 import numpy as np
+import torch
+from torch import Tensor
 
 from tasks.lra import listops, pathfinder
 
@@ -37,6 +39,9 @@ OVERRIDES = {
     "lra_pathfinder": TINY,
 }
 
+#: the full-size encoders' one real step: the LRA paper's 6-layer ListOps transformer (21M parameters)
+FULL_SIZE_STEP = "lra/transformer_listops"
+
 
 def prepare(data_dir: Path) -> None:
     write_listops(data_dir / "listops-1000", num_train=24, num_val=8, num_test=8)
@@ -44,6 +49,18 @@ def prepare(data_dir: Path) -> None:
     write_aan(data_dir / "tsv_data", rows=12)
     write_cifar(data_dir / "cifar-10-batches-py", per_batch=4)
     pathfinder.write_release(data_dir, 40, pathfinder.PathfinderSpec())
+
+
+def synthetic_batch(task, size: int = 2) -> tuple[tuple[Tensor, ...], tuple[int, ...]]:
+    """``(tokens (B, L), mask (B, L))`` per tower (two for retrieval) at the task's ``pad_length``,
+    then ``labels (B,)``, on the default device; and the logits' shape ``(B, num_classes)``."""
+    towers = []
+    for _ in range(2 if task.dual else 1):
+        towers += [
+            torch.randint(0, task.vocab_size, (size, task.pad_length)),
+            torch.ones(size, task.pad_length, dtype=torch.bool),
+        ]
+    return (*towers, torch.randint(0, task.num_classes, (size,))), (size, task.num_classes)
 
 
 def write_listops(folder: Path, num_train: int, num_val: int, num_test: int, seed: int = 0) -> dict:
