@@ -25,6 +25,7 @@ record), and COCO's test-dev labels are not public.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import os
@@ -64,6 +65,7 @@ class Recorded:
     identity: str
     record_identity: str
     overrides: list[str]
+    owners: set[str]  # the identity hashes the record's checkpoints may carry
 
 
 def parse(argv: list[str] | None) -> tuple[Path, dict[str, str], list[str]]:
@@ -111,11 +113,13 @@ def load_config(run_dir: Path, overrides: list[str]) -> Recorded:
     check_buildable(tree, path)
     recorded, meta = RunRecord(run_dir, enabled=False).recorded_identity()
     cfg = OmegaConf.create(tree)
+    owners = {recorded.hash} if recorded is not None else set()  # what the record's checkpoints may carry
     if meta:
-        if meta.get("hash") != recorded.hash:
+        if meta.get("hash") not in (recorded.hash, raw_hash(meta.get("config"))):
             raise ConfigError(
                 f"{run_dir / 'identity.json'} is damaged: its hash is not its config's; refused"
             )
+        owners.add(meta["hash"])  # as written, before a class in it moved (identity.MOVED_TARGETS)
         data_dir = (recorded.config.get("paths") or {}).get("data_dir")
         if data_dir is not None:
             cfg.paths.data_dir = data_dir  # absolute, as the run read it
@@ -140,7 +144,14 @@ def load_config(run_dir: Path, overrides: list[str]) -> Recorded:
     check_buildable(OmegaConf.to_container(cfg, resolve=False), "the command line's overrides")
     cfg.paths.data_dir = os.path.abspath(str(cfg.paths.data_dir))
     check_values(cfg)
-    return Recorded(cfg, Identity.of(cfg).hash, record_identity, list(overrides))
+    return Recorded(cfg, Identity.of(cfg).hash, record_identity, list(overrides), owners or {record_identity})
+
+
+def raw_hash(config: Any) -> str:
+    """The hash :class:`Identity` gave ``config`` when it was written, before any class it names
+    moved (the identity compares the moved class's new path)."""
+    text = json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def read_tree(path: Path) -> dict[str, Any]:
@@ -182,7 +193,7 @@ def evaluate_run(run_dir: Path, split: str, which: str, overrides: list[str]) ->
         which,
         note=print_note,
         best_step=recorded_best_step(run_dir),
-        identity=recorded.record_identity,
+        identity=recorded.owners,
     )
     if recorded.identity != recorded.record_identity:
         beside = evaluation.result_path(run_dir, split, recorded.identity).name

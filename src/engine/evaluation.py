@@ -25,7 +25,7 @@ import copy
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -114,7 +114,7 @@ def open_checkpoint(
     which: str,
     note: Callable[[str], None] = log.warning,
     best_step: int | None = None,
-    identity: str | None = None,
+    identity: str | Collection[str] | None = None,
     foreign: str = "refuse",
     set_aside: bool = True,
 ) -> Opened:
@@ -154,7 +154,7 @@ def _open_best(
     folder: Path,
     note: Callable[[str], None],
     best_step: int | None,
-    identity: str | None,
+    identity: str | Collection[str] | None,
     foreign: str,
     set_aside: bool,
 ) -> Opened | None:
@@ -185,13 +185,16 @@ def _open_best(
     return Opened("best", path, state, state["step"])
 
 
-def _check_owner(state: dict[str, Any], path: Path, identity: str | None) -> None:
+def _check_owner(state: dict[str, Any], path: Path, identity: str | Collection[str] | None) -> None:
     """A :class:`checkpoint.CheckpointError` when the checkpoint says it was written for another
-    identity than ``identity`` (a checkpoint from before identities says nothing, and passes)."""
+    identity than ``identity`` (the record's hash, or the hashes it may go by); a checkpoint from
+    before identities says nothing, and passes."""
     owner = (state.get("record") or {}).get("identity")
-    if identity is not None and owner is not None and owner != identity:
+    owners = {identity} if isinstance(identity, str) else set(identity or ())
+    if owners and owner is not None and owner not in owners:
+        shown = " or ".join(sorted(owners))
         raise checkpoint.CheckpointError(
-            f"{path} was written by another run (identity {owner}; this record's is {identity}): a "
+            f"{path} was written by another run (identity {owner}; this record's is {shown}): a "
             "checkpoint copied in from elsewhere is not this run's result. Put this run's own file back, "
             "or evaluate checkpoint=last"
         )

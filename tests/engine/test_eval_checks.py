@@ -5,6 +5,7 @@ overrides are recorded, the checkpoint is the record's own, and an unreadable on
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import pickle
 import shutil
@@ -222,3 +223,29 @@ def test_a_resumed_run_with_a_truncated_best_checkpoint_tests_last_and_completes
     assert (result["checkpoint"], result["checkpoint_step"]) == ("last", 4)
     assert (run_dir / "checkpoints" / "best.pt.corrupt").exists()
     assert checkpoint.load(run_dir / "checkpoints" / "last.pt")["loop"]["step"] == 4
+
+
+def test_a_record_made_before_a_class_moved_is_still_its_own(tmp_path, capsys):
+    """A record whose config names a class by its old path (``identity.MOVED_TARGETS``): its
+    identity.json and checkpoints carry the hash written then; eval takes them as the record's."""
+    import torch
+
+    from src.engine.identity import MOVED_TARGETS
+
+    ((old, new),) = MOVED_TARGETS.items()
+    _, run_dir = trained(tmp_path, "run", "sched=rsqrt")
+    config = run_dir / "config.yaml"
+    config.write_text(config.read_text().replace(new, old))
+    meta = json.loads((run_dir / "identity.json").read_text())
+    meta["config"]["sched"]["_target_"] = old
+    text = json.dumps(meta["config"], sort_keys=True, separators=(",", ":"), default=str)
+    meta["hash"] = hashlib.sha256(text.encode()).hexdigest()[:16]  # as written then
+    (run_dir / "identity.json").write_text(json.dumps(meta))
+    for path in (run_dir / "checkpoints").glob("*.pt"):
+        state = checkpoint.load(path)
+        state["record"]["identity"] = meta["hash"]
+        torch.save(state, path)
+    code, _, err = eval_cli(capsys, run_dir)
+    assert code == 0, err
+    result = json.loads((run_dir / "eval-val.json").read_text())
+    assert result["identity"] == result["record_identity"] == Identity(meta["config"]).hash
