@@ -150,6 +150,13 @@ def open_checkpoint(
     return Opened("last", path, state, state["loop"]["step"])
 
 
+def in_memory(model: nn.Module, ema: nn.Module | None, step: int) -> Opened:
+    """The weights a run holds in memory at ``step``, opened as ``last`` would be: what the test at
+    the end of training evaluates when the run writes no checkpoint (``trainer.checkpoints=false``)."""
+    state = {"model": model.state_dict(), "ema": ema.state_dict() if ema is not None else None}
+    return Opened("last", Path("(in memory: trainer.checkpoints=false)"), state, step)
+
+
 def _open_best(
     folder: Path,
     note: Callable[[str], None],

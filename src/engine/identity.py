@@ -18,6 +18,8 @@ Left out of the identity, because they provably do not bear on what the run comp
 ``trainer.resume``        what a rerun does with an existing record
 ``trainer.checkpoint_every``  how often the state is saved: resuming from any checkpoint is
                           bit-identical to not stopping
+``trainer.checkpoints``   whether checkpoints are written at all (``debug=fdr``: none); the
+                          steps computed are the same
 ``trainer.num_workers``   data loading processes: each sample is drawn from (seed, epoch, index),
                           whichever process loads it
 ``trainer.nonfinite*``    the policy for a NaN/Inf loss; a run that skipped batches counts them in
@@ -61,6 +63,7 @@ NO_BEARING = (
     "trainer.progress",
     "trainer.resume",
     "trainer.checkpoint_every",
+    "trainer.checkpoints",
     "trainer.num_workers",
     "trainer.nonfinite",
     "trainer.collapse_entropy",

@@ -39,6 +39,7 @@ class TrainerSchema:
     log_every: int = 10
     monitor_every: int = 100
     checkpoint_every: int = 100
+    checkpoints: bool = True
     clip_grad: float | None = None
     precision: str = "fp32"
     compile: bool = False

@@ -6,7 +6,8 @@ and the sandbox train here; detection overrides ``fit`` with mmengine's Runner.
 
 With ``trainer.test_after`` (best or last), the checkpoint it names is evaluated on the task's
 test split when training ends (:mod:`.evaluation`, as ``python -m src.eval`` does): written to
-``eval-test.json`` and returned under ``test``, so that ``summary.json`` has it.
+``eval-test.json`` and returned under ``test``, so that ``summary.json`` has it; with
+``trainer.checkpoints=false`` (``debug=fdr``) the weights in memory are tested instead.
 """
 
 from __future__ import annotations
@@ -95,15 +96,18 @@ def test_after_training(task: Task, trainer: Trainer, cfg: DictConfig) -> dict[s
     run_dir, dist = trainer.record.dir, trainer.dist
     note = log.warning if dist.main else lambda _: None
     identity = trainer.session.identity.hash
-    opened = evaluation.open_checkpoint(
-        run_dir,
-        which,
-        note,
-        best_step=trainer.state.best.get("step"),
-        identity=identity,
-        foreign="fallback",  # a best.pt copied in from elsewhere: test last.pt, the run stands
-        set_aside=dist.main,
-    )
+    if cfg.trainer.get("checkpoints", True):
+        opened = evaluation.open_checkpoint(
+            run_dir,
+            which,
+            note,
+            best_step=trainer.state.best.get("step"),
+            identity=identity,
+            foreign="fallback",  # a best.pt copied in from elsewhere: test last.pt, the run stands
+            set_aside=dist.main,
+        )
+    else:  # debug=fdr saved nothing: the test step runs on the weights in memory (the last)
+        opened = evaluation.in_memory(trainer.raw_model, trainer.ema, trainer.state.step)
     data_dir = Path(cfg.paths.data_dir)
     try:
         dataset = task.eval_dataset(data_dir, "test")

@@ -311,6 +311,8 @@ class Trainer:
 
     def _save(self) -> None:
         state = self.state
+        if not self.cfg.get("checkpoints", True):  # debug=fdr: nothing a later run could resume
+            return
         if not self.dist.main:
             self.saved_step = state.step
             self.dist.barrier()
@@ -336,7 +338,7 @@ class Trainer:
     def _save_best(self) -> None:
         """``best.pt`` (main process): the weights of the validation that just beat the best, with
         its step, metric and the record's meta; written atomically, outside last.pt's rotation."""
-        if not self.dist.main:
+        if not self.dist.main or not self.cfg.get("checkpoints", True):
             return
         state = self.state
         checkpoint.save(

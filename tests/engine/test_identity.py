@@ -17,6 +17,7 @@ CHANGED = {  # one new value for each key left out of the identity
     "trainer.progress": "rich",
     "trainer.resume": "restart",
     "trainer.checkpoint_every": 7,
+    "trainer.checkpoints": False,
     "trainer.num_workers": 3,
     "trainer.nonfinite": "skip",
     "trainer.nonfinite_limit_consecutive": 3,
