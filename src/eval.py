@@ -18,6 +18,19 @@ changes what is measured (another data folder, ``task.val_fraction``) changes th
 identity: its result goes to ``eval-<split>.<identity>.json`` beside the run's own, which the
 report does not use. Bad input ends with one line and exit 2.
 
+``python -m src.eval <file.pt> [split=…] [run=<run_dir>] [key=value …]`` evaluates one checkpoint
+file (as timm's ``validate.py --checkpoint``), exactly that file, with no fallback:
+
+* in a run folder (``<run>/checkpoints/best.pt``): that run's config, and the file must carry its
+  identity; ``best.pt``/``last.pt`` give the result ``checkpoint=best|last`` gives, in the same
+  ``eval-<split>.json``; another file (``previous.pt``, a kept copy) goes to
+  ``eval-<split>.<file stem>.json`` beside it, which the report does not use;
+* copied elsewhere: the config it carries (checkpoints carry their run's resolved config), checked
+  as a record's is (only the suite's ``_target_`` keys, and it must be the config its identity names),
+  or the config of the run folder ``run=`` names (whose identity the file must carry). A file that
+  carries none (written before checkpoints carried it) and no ``run=``: refused, saying to pass
+  ``run=``. The result goes beside the file: ``<file stem>.eval-<split>.json``.
+
 Detection runs are refused: mmengine trains and validates them (COCO mAP on val2017, in their
 record), and COCO's test-dev labels are not public.
 """
@@ -39,10 +52,11 @@ from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from src import attention
-from src.engine import evaluation
+from src.engine import checkpoint, evaluation
+from src.engine.checkpoint import CheckpointError
 from src.engine.experiment import processes
 from src.engine.identity import Identity
-from src.engine.record import RunRecord
+from src.engine.record import RunRecord, plain_json, write_atomic
 from src.engine.safe_config import check_buildable
 from src.engine.schema import check_values
 from src.engine.task import Task
@@ -51,7 +65,7 @@ from src.run import user_error
 
 log = logging.getLogger(__name__)
 
-OPTIONS = {"split": "val", "checkpoint": "best"}  # this command's own items, and their defaults
+OPTIONS = {"split": "val", "checkpoint": None, "run": None}  # this command's own items, and their defaults
 CONFIG = "config.yaml"  # the record's resolved config
 
 
@@ -73,13 +87,15 @@ def parse(argv: list[str] | None) -> tuple[Path, dict[str, str], list[str]]:
     parser = argparse.ArgumentParser(
         prog="python -m src.eval", description="Evaluate a run's checkpoint on a split (see src/eval.py)."
     )
-    parser.add_argument("run_dir", type=Path, help="the run folder (holds config.yaml and checkpoints/)")
+    parser.add_argument(
+        "run_dir", type=Path, help="the run folder (holds config.yaml and checkpoints/), or a checkpoint file"
+    )
     parser.add_argument(
         "items",
         nargs="*",
         default=[],
         metavar="key=value",
-        help="split=val|test, checkpoint=best|last, or a key of the run's config",
+        help="split=val|test, checkpoint=best|last, run=<run_dir> (a file's run), or a key of its config",
     )
     args = parser.parse_args(argv)
     options, overrides = dict(OPTIONS), []
@@ -136,15 +152,9 @@ def load_config(run_dir: Path, overrides: list[str]) -> Recorded:
             run_dir,
         )
     record_identity = recorded.hash if recorded is not None else Identity.of(cfg).hash
-    for item in overrides:
-        key = item.partition("=")[0]
-        if OmegaConf.select(cfg, key, default=KeyError) is KeyError:
-            raise ConfigError(f"{key} is not a key of the run's config ({path}); check its spelling")
-        cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist([item]))
-    check_buildable(OmegaConf.to_container(cfg, resolve=False), "the command line's overrides")
-    cfg.paths.data_dir = os.path.abspath(str(cfg.paths.data_dir))
-    check_values(cfg)
-    return Recorded(cfg, Identity.of(cfg).hash, record_identity, list(overrides), owners or {record_identity})
+    checked = with_overrides(cfg, record_identity, overrides, f"the run's config ({path})")
+    checked.owners = owners or {record_identity}
+    return checked
 
 
 def raw_hash(config: Any) -> str:
@@ -184,10 +194,7 @@ def refuse_other_loops(cfg: DictConfig) -> None:
 def evaluate_run(run_dir: Path, split: str, which: str, overrides: list[str]) -> tuple[dict[str, Any], Path]:
     """Evaluate the run's ``which`` checkpoint on ``split``; the result and where it was written."""
     recorded = load_config(run_dir, overrides)
-    cfg = recorded.cfg
-    refuse_other_loops(cfg)
-    task = instantiate(cfg.task)
-    task.check_split(split)
+    task = checked_task(recorded.cfg, split)
     opened = evaluation.open_checkpoint(
         run_dir,
         which,
@@ -195,11 +202,35 @@ def evaluate_run(run_dir: Path, split: str, which: str, overrides: list[str]) ->
         best_step=recorded_best_step(run_dir),
         identity=recorded.owners,
     )
+    own = recorded.identity == recorded.record_identity
+    return measure(
+        recorded,
+        opened,
+        split,
+        evaluation.result_path(run_dir, split, None if own else recorded.identity),
+        task,
+    )
+
+
+def checked_task(cfg: DictConfig, split: str) -> Task:
+    """The run's task, built once its loop is the shared one and ``split`` is one of its splits."""
+    refuse_other_loops(cfg)
+    task = instantiate(cfg.task)
+    task.check_split(split)
+    return task
+
+
+def measure(
+    recorded: Recorded, opened: evaluation.Opened, split: str, path: Path, task: Task | None = None
+) -> tuple[dict[str, Any], Path | None]:
+    """Evaluate ``opened`` on ``split`` with the model built from ``recorded``; the result, written
+    to ``path`` by the main process (None elsewhere)."""
+    cfg = recorded.cfg
+    task = task if task is not None else checked_task(cfg, split)
     if recorded.identity != recorded.record_identity:
-        beside = evaluation.result_path(run_dir, split, recorded.identity).name
         print_note(
-            f"{' '.join(overrides)} change what is measured: the result goes to {beside}, beside the "
-            "run's own, and the report does not use it"
+            f"{' '.join(recorded.overrides)} change what is measured: the result goes to {path.name}, "
+            "beside the run's own, and the report does not use it"
         )
     with processes(cfg) as dist:
         data_dir = Path(cfg.paths.data_dir)
@@ -217,7 +248,10 @@ def evaluate_run(run_dir: Path, split: str, which: str, overrides: list[str]) ->
             overrides=recorded.overrides,
             data_dir=str(data_dir),
         )
-        written = evaluation.write_result(run_dir, result) if dist.main else None
+        written = None
+        if dist.main:
+            written = path
+            write_atomic(path, json.dumps(plain_json(result)[0], indent=2) + "\n")
     return result, written
 
 
@@ -233,11 +267,115 @@ def recorded_best_step(run_dir: Path) -> int | None:
         return None
 
 
+# -- a checkpoint file ----------------------------------------------------------------------------
+
+
+def home_run(file: Path) -> Path | None:
+    """The run folder a checkpoint file sits in (``<run>/checkpoints/<file>``), or None."""
+    folder = file.resolve().parent
+    return folder.parent if folder.name == "checkpoints" and (folder.parent / CONFIG).is_file() else None
+
+
+def read_file(file: Path) -> dict[str, Any]:
+    """A checkpoint file of the suite (a training state or a ``best.pt``), read by torch's safe
+    loader; one :class:`CheckpointError` when it is missing, unreadable or another program's."""
+    if not file.is_file():
+        raise CheckpointError(f"no checkpoint file {file}: give a .pt file or a run folder")
+    try:
+        state = checkpoint.load(file)
+    except Exception as error:  # noqa: BLE001  truncated, corrupt, refused by the safe loader
+        raise CheckpointError(f"cannot read {file} ({checkpoint.unreadable_reason(error)})") from error
+    training = isinstance(state, dict) and isinstance(state.get("loop"), dict)
+    if not (isinstance(state, dict) and "model" in state and (training or "step" in state)):
+        found = ", ".join(map(repr, list(state)[:4])) if isinstance(state, dict) else type(state).__name__
+        raise CheckpointError(f"{file} is not a checkpoint of this suite (it holds {found or 'nothing'})")
+    return state
+
+
+def opened_file(file: Path, state: dict[str, Any], owners: set[str]) -> evaluation.Opened:
+    """``state`` (read from ``file``) opened for evaluation, provided it carries one of ``owners``."""
+    evaluation.check_owner(state, file, owners)
+    if "loop" in state:
+        return evaluation.Opened("last", file, state, state["loop"]["step"])
+    return evaluation.Opened("best", file, state, state["step"])
+
+
+def carried(file: Path, state: dict[str, Any], overrides: list[str]) -> Recorded:
+    """The config a checkpoint carries, checked as a record's is before anything is built from
+    it: only the suite's ``_target_`` keys, and the configuration its identity names; then the
+    ``overrides``. Refused, saying to pass ``run=``, where it carries none."""
+    meta = state.get("record") or {}
+    tree = meta.get("config")
+    if not isinstance(tree, dict):
+        raise ConfigError(
+            f"{file} carries no config (a checkpoint written before checkpoints carried theirs, or not "
+            "in a run folder): name the run folder it came from, run=<run_dir>"
+        )
+    check_buildable(tree, f"the config carried by {file}")
+    cfg = OmegaConf.create(tree)
+    if Identity.of(cfg).hash != meta.get("identity"):
+        raise ConfigError(
+            f"the config carried by {file} is not the configuration its identity ({meta.get('identity')}) "
+            "names: the file was edited; refused. Name the run folder it came from, run=<run_dir>"
+        )
+    return with_overrides(cfg, meta["identity"], overrides, f"the config carried by {file}")
+
+
+def with_overrides(cfg: DictConfig, record_identity: str, overrides: list[str], where: str) -> Recorded:
+    """:class:`Recorded` from a checked config and the command line's ``overrides`` (checked too)."""
+    for item in overrides:
+        key = item.partition("=")[0]
+        if OmegaConf.select(cfg, key, default=KeyError) is KeyError:
+            raise ConfigError(f"{key} is not a key of {where}; check its spelling")
+        cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist([item]))
+    check_buildable(OmegaConf.to_container(cfg, resolve=False), "the command line's overrides")
+    cfg.paths.data_dir = os.path.abspath(str(cfg.paths.data_dir))
+    check_values(cfg)
+    return Recorded(cfg, Identity.of(cfg).hash, record_identity, list(overrides), {record_identity})
+
+
+def file_result_path(file: Path, run_dir: Path | None, split: str, recorded: Recorded) -> Path:
+    """Where a file's evaluation goes: the run's own ``eval-<split>.json`` for its ``best.pt`` or
+    ``last.pt``; ``eval-<split>.<stem>.json`` in the run for another of its files; beside the file,
+    ``<stem>.eval-<split>.json``, for one outside a run folder. ``.<identity>`` before ``.json``
+    where an override changed what is measured."""
+    other = "" if recorded.identity == recorded.record_identity else f".{recorded.identity}"
+    if run_dir is None:
+        return file.with_name(f"{file.stem}.eval-{split}{other}.json")
+    if file.name in ("best.pt", "last.pt"):
+        return evaluation.result_path(run_dir, split, recorded.identity if other else None)
+    return run_dir / f"eval-{split}.{file.stem}{other}.json"
+
+
+def evaluate_file(
+    file: Path, split: str, run: Path | None, overrides: list[str]
+) -> tuple[dict[str, Any], Path | None]:
+    """Evaluate exactly the checkpoint ``file`` on ``split`` (see the module docstring)."""
+    home = home_run(file) if file.is_file() else None
+    state = read_file(file)
+    run_dir = run if run is not None else home
+    recorded = load_config(run_dir, overrides) if run_dir is not None else carried(file, state, overrides)
+    opened = opened_file(file, state, recorded.owners)
+    in_run = home is not None and run_dir is not None and run_dir.resolve() == home
+    path = file_result_path(file, run_dir if in_run else None, split, recorded)
+    return measure(recorded, opened, split, path)
+
+
 def main(argv: list[str] | None = None) -> None:
     """The command: one line with the result, or one line with the error and exit status 2."""
     try:
-        run_dir, options, overrides = parse(argv)
-        result, written = evaluate_run(run_dir, options["split"], options["checkpoint"], overrides)
+        target, options, overrides = parse(argv)
+        run = Path(options["run"]) if options["run"] else None
+        if target.is_dir() or (not target.exists() and target.suffix != ".pt"):
+            if run is not None:
+                raise ConfigError(f"run={run} names the run of a checkpoint file; {target} is a folder")
+            result, written = evaluate_run(
+                target, options["split"], options["checkpoint"] or "best", overrides
+            )
+        elif options["checkpoint"] is not None:
+            raise ConfigError(f"checkpoint= picks a file of a run folder; {target} is already one file")
+        else:
+            result, written = evaluate_file(target, options["split"], run, overrides)
     except Exception as error:
         cause = user_error(error)  # Hydra's instantiate wraps what a task's constructor raises
         if cause is None:

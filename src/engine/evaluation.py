@@ -146,7 +146,7 @@ def open_checkpoint(
             "(its summary.json and failures.jsonl say how far it got)"
         )
     state, path = found
-    _check_owner(state, path, identity)
+    check_owner(state, path, identity)
     return Opened("last", path, state, state["loop"]["step"])
 
 
@@ -177,7 +177,7 @@ def _open_best(
     if state is None:
         return None
     try:
-        _check_owner(state, path, identity)
+        check_owner(state, path, identity)
     except checkpoint.CheckpointError as error:
         if foreign == "refuse" or not last.exists():
             raise
@@ -192,7 +192,7 @@ def _open_best(
     return Opened("best", path, state, state["step"])
 
 
-def _check_owner(state: dict[str, Any], path: Path, identity: str | Collection[str] | None) -> None:
+def check_owner(state: dict[str, Any], path: Path, identity: str | Collection[str] | None) -> None:
     """A :class:`checkpoint.CheckpointError` when the checkpoint says it was written for another
     identity than ``identity`` (the record's hash, or the hashes it may go by); a checkpoint from
     before identities says nothing, and passes."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import socket
 import time
 import warnings
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from src.errors import ConfigError, SuiteError
 from src.resolvers import legacy_folder
@@ -81,6 +82,7 @@ class Session:
     opening: Opening
     earlier: list[dict[str, Any]] = field(default_factory=list)  # sessions the resumed state holds
     current: dict[str, Any] = field(default_factory=this_session)
+    config: dict[str, Any] | None = None  # the resolved config, carried by each checkpoint
 
     @property
     def kind(self) -> str:
@@ -91,8 +93,11 @@ class Session:
         return [*self.earlier, {**self.current, "to_step": step}]
 
     def checkpoint_meta(self, step: int) -> dict[str, Any]:
-        """What a checkpoint carries of the record: the identity's hash and the sessions."""
-        return {"identity": self.identity.hash, "sessions": self.sessions(step)}
+        """What a checkpoint carries of the record: the identity's hash, the sessions, and the
+        resolved config (its data folder absolute), so that ``python -m src.eval FILE`` can rebuild
+        the model of a checkpoint copied out of its run folder (after the same checks as a record's)."""
+        meta = {"identity": self.identity.hash, "sessions": self.sessions(step)}
+        return meta if self.config is None else {**meta, "config": self.config}
 
     def adopt(self, meta: dict[str, Any] | None, path: Path, step: int) -> None:
         """Continue from a checkpoint at ``step`` with ``meta`` (:meth:`checkpoint_meta`, None for a
@@ -145,11 +150,22 @@ class RunSession:
             if locked:
                 self.lock.release()
             raise found
-        return Session(self.record, self.identity, found)
+        return Session(self.record, self.identity, found, config=carried_config(self.cfg))
 
     def __exit__(self, *exc: object) -> None:
         if self.lock is not None:
             self.lock.release()
+
+
+def carried_config(cfg: DictConfig) -> dict[str, Any]:
+    """``cfg`` resolved, as the record's ``config.yaml`` holds it, with its data folder absolute
+    (as the identity has it): what each checkpoint carries (:meth:`Session.checkpoint_meta`)."""
+    config = OmegaConf.to_container(cfg, resolve=True)
+    config.pop("hydra", None)
+    paths = config.get("paths") or {}
+    if paths.get("data_dir") is not None:
+        paths["data_dir"] = os.path.abspath(str(paths["data_dir"]))
+    return config
 
 
 def open_record(
