@@ -22,7 +22,7 @@ def test_fdr_runs_every_phase_writes_no_checkpoint_and_the_real_run_starts_at_st
     command = ["trainer.max_steps=3", "trainer.threads=1"]  # run with and without debug=fdr
     debug = run_cli(["debug=fdr", *command], cwd=tmp_path)
     assert debug.returncode == 0, debug.stderr
-    (summary,) = (tmp_path / "outputs" / "debug" / "runs").glob("digits/vit_digits/precond/*/summary.json")
+    (summary,) = (tmp_path / "outputs" / "debug").glob("*/digits/vit_digits/precond/seed=0,*/summary.json")
     run = summary.parent
     assert json.loads(summary.read_text())["steps"] == 3
     assert splits_by_step(run) == {"train": [1, 2, 3], "val": [1, 2, 3], "monitor": [0, 1, 2, 3]}
