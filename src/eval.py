@@ -1,4 +1,4 @@
-"""Evaluate a run's checkpoint on a split: ``python -m src.eval <run_dir> [split=test]
+"""Evaluate a run's checkpoint on a split: ``python -m src.eval <run_dir|file.pt> [split=test]
 [checkpoint=best|last] [key=value …]``.
 
 A run folder is data, perhaps sent by someone else, so nothing is built from it unchecked: its

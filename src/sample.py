@@ -1,13 +1,15 @@
-"""Sample text from a language-model run: ``python -m src.sample <run_dir> [--start TEXT|FILE:path]
-[--num-samples N] [--max-new-tokens N] [--temperature T] [--top-k K] [--seed S]
-[--checkpoint best|last] [key=value …]`` (after nanoGPT's ``sample.py``).
+"""Sample text from a language-model run: ``python -m src.sample <run_dir|file.pt>
+[--start TEXT|FILE:path] [--num-samples N] [--max-new-tokens N] [--temperature T] [--top-k K]
+[--seed S] [--checkpoint best|last] [key=value …]`` (after nanoGPT's ``sample.py``).
 
 The run folder is read as ``python -m src.eval`` reads it (:func:`src.eval.load_config`): its
 config may name only the suite's own classes, it must be the configuration its identity names, and
-the checkpoint must carry that identity. The task must be a causal language model
-(:class:`tasks.lm.task.LanguageModelling`); another run is refused in one line. The task, its
-tokenizer (the run's: bytes, its trained BPE, or GPT-2's files under the run's data folder) and the
-model are built as training built them, the variant applied, the checkpoint's weights loaded.
+the checkpoint must carry that identity; a checkpoint file is read as ``python -m src.eval
+<file.pt>`` reads it (its run folder's config, or the config it carries). The task must be a causal
+language model (:class:`tasks.lm.task.LanguageModelling`); another run is refused in one line. The
+task, its tokenizer (the run's: bytes, its trained BPE, or GPT-2's files under the run's data
+folder) and the model are built as training built them, the variant applied, the checkpoint's
+weights loaded.
 
 Decoding: each new token is drawn from the softmax of the last position's logits divided by
 ``temperature``, kept to the ``top_k`` most likely where given; ``--temperature 0`` or
@@ -46,7 +48,9 @@ class Parser(argparse.ArgumentParser):
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = Parser(prog="python -m src.sample", description="Sample text from a language-model run.")
-    parser.add_argument("run_dir", type=Path, help="the run folder of a language-model run")
+    parser.add_argument(
+        "run_dir", type=Path, help="the run folder of a language-model run, or a checkpoint file"
+    )
     parser.add_argument("items", nargs="*", metavar="key=value", help="a key of the run's config")
     parser.add_argument("--start", default=None, help="the prompt, or FILE:path to read it from a file")
     parser.add_argument("--num-samples", type=int, default=1)
@@ -80,12 +84,27 @@ class Loaded:
 
 def load(run_dir: Path, which: str = "best", overrides: list[str] | None = None) -> Loaded:
     """The run's model with its checkpoint's weights, and its tokenizer, after the checks of
-    ``python -m src.eval`` (:func:`src.eval.load_config`)."""
+    ``python -m src.eval`` (:func:`src.eval.load_config`); ``run_dir`` may be one checkpoint file
+    instead, read as ``python -m src.eval <file.pt>`` reads it (``which`` is then unused)."""
+    overrides = list(overrides or [])
     from src.engine.distributed import resolve_device
-    from src.eval import load_config, print_note, recorded_best_step
+    from src.eval import (
+        carried,
+        home_run,
+        load_config,
+        opened_file,
+        print_note,
+        read_file,
+        recorded_best_step,
+    )
     from tasks.lm.task import LanguageModelling
 
-    recorded = load_config(run_dir, list(overrides or []))
+    if run_dir.is_file() or run_dir.suffix == ".pt":  # one checkpoint file, read as src.eval reads it
+        state = read_file(run_dir)
+        home = home_run(run_dir)
+        recorded = load_config(home, overrides) if home else carried(run_dir, state, overrides)
+    else:
+        recorded = load_config(run_dir, overrides)
     cfg = recorded.cfg
     task_class = get_class(cfg.task._target_)  # a suite class: load_config checked every _target_
     if not issubclass(task_class, LanguageModelling):
@@ -93,9 +112,11 @@ def load(run_dir: Path, which: str = "best", overrides: list[str] | None = None)
             f"{run_dir} is a run of task {cfg.task.name}, not a language model: python -m src.sample "
             "samples runs of lm_char, lm_tinystories, lm_wikitext103"
         )
-    opened = evaluation.open_checkpoint(
-        run_dir, which, note=print_note, best_step=recorded_best_step(run_dir), identity=recorded.owners
-    )
+    if run_dir.is_file():
+        opened = opened_file(run_dir, state, recorded.owners)
+    else:
+        best_step = recorded_best_step(run_dir)
+        opened = evaluation.open_checkpoint(run_dir, which, print_note, best_step, recorded.owners)
     task = instantiate(cfg.task)
     task.datasets(Path(cfg.paths.data_dir))  # the run's tokenizer (and the model's vocabulary)
     model = task.build_model(cfg.backbone)

@@ -4,6 +4,7 @@ another task is refused in one line."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -97,3 +98,12 @@ def test_a_run_that_is_not_a_language_model_and_bad_options_are_one_line(lm_run,
         assert code == 2 and err.count("\n") == 1 and err.startswith("error: "), bad
     code, _, err = sample_cli(capsys, tmp_path / "nothing")
     assert code == 2 and err.count("\n") == 1 and "no run folder" in err
+
+
+def test_a_checkpoint_file_samples_as_its_run_does(lm_run, tmp_path, capsys):
+    copy = tmp_path / "best.pt"
+    shutil.copy(lm_run / "checkpoints" / "best.pt", copy)  # carries its run's config
+    args = ["--start", "The ", "--max-new-tokens", "16", "--seed", "3"]
+    code, from_file, err = sample_cli(capsys, copy, *args)
+    assert code == 0, err
+    assert from_file == sample_cli(capsys, lm_run, *args)[1]
