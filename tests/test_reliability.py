@@ -390,7 +390,14 @@ CATALOGUE = [
         None,
         {},
     ),
-    ("unknown-debug", ["debug=fdx"], "debug=fdx: no such option in conf/debug; did you mean fdr?", 2, None, {}),
+    (
+        "unknown-debug",
+        ["debug=fdx"],
+        "debug=fdx: no such option in conf/debug; did you mean fdr?",
+        2,
+        None,
+        {},
+    ),
     (
         "unknown-experiment",
         ["experiment=nope"],
