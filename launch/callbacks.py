@@ -40,6 +40,7 @@ class LauncherCheck(Callback):
         target = str(config.hydra.launcher.get("_target_", ""))
         if not target.endswith("SlurmLauncher"):
             return
+        check_world(config)
         if shutil.which("sbatch") is None:
             raise ConfigError(
                 "hydra/launcher=slurm needs SLURM's sbatch on PATH and there is none: run from a cluster's "
@@ -191,3 +192,17 @@ def job_status(job: Path) -> str:
             return str(read_run(run_dir).status)
     except Exception:  # noqa: BLE001  whatever the note or the folder holds, the line goes on
         return "unreadable"
+
+
+def check_world(config: DictConfig) -> None:
+    """A SLURM job whose processes (nodes × GPUs a node) cannot keep the recipe's global batch is
+    refused before anything is submitted (src/engine/batching.py; each job checks again itself)."""
+    from src.engine.batching import plan_for, slurm_world
+
+    launcher = config.hydra.launcher
+    try:
+        plan_for(config, slurm_world(launcher))
+    except ConfigError as error:
+        nodes, gpus = launcher.get("nodes"), launcher.get("gpus_per_node")
+        size = f"resources.nodes={nodes} × resources.gpus_per_node={gpus}"
+        raise ConfigError(f"hydra/launcher=slurm with {size}: {error}") from error

@@ -86,8 +86,16 @@ def comparable(run: Path) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_two_ddp_processes_match_one_with_the_doubled_batch(tmp_path):
-    common = ["trainer.max_steps=20", "trainer.log_every=1", "trainer.device=cpu", "trainer.val_every=20"]
+def test_two_ddp_processes_keep_the_global_batch_of_one(tmp_path):
+    """The same command on 2 processes trains the same run as on 1: the global batch 32 as 2 x 16,
+    the same steps per epoch, the same loss curve (within float tolerance), the same identity."""
+    common = [
+        "trainer.max_steps=20",
+        "trainer.log_every=1",
+        "trainer.device=cpu",
+        "trainer.val_every=20",
+        "task.batch_size=32",
+    ]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled"}
     ddp = subprocess.run(
         [
@@ -100,7 +108,6 @@ def test_two_ddp_processes_match_one_with_the_doubled_batch(tmp_path):
             "-m",
             "src.run",
             *common,
-            "task.batch_size=16",
             "paths.output_dir=ddp",
             *QUIET,
         ],
@@ -111,7 +118,8 @@ def test_two_ddp_processes_match_one_with_the_doubled_batch(tmp_path):
         timeout=600,
     )
     assert ddp.returncode == 0, ddp.stderr
-    single = run_cli([*common, "task.batch_size=32", "paths.output_dir=single"], cwd=tmp_path)
+    assert "· fresh · batch 32 = 2 processes × 16 · " in ddp.stdout + ddp.stderr
+    single = run_cli([*common, "paths.output_dir=single"], cwd=tmp_path)
     assert single.returncode == 0, single.stderr
 
     def curve(root):
@@ -120,8 +128,22 @@ def test_two_ddp_processes_match_one_with_the_doubled_batch(tmp_path):
     two, one = curve("ddp"), curve("single")
     assert len(two) == len(one) == 20
     torch.testing.assert_close(torch.tensor(two), torch.tensor(one), rtol=1e-4, atol=1e-5)  # stated tolerance
-    summary = json.loads((only_run(tmp_path / "ddp") / "summary.json").read_text())
-    assert summary["world_size"] == 2
+    summaries = {
+        root: json.loads((only_run(tmp_path / root) / "summary.json").read_text())
+        for root in ("ddp", "single")
+    }
+    assert summaries["ddp"]["world_size"] == 2
+    assert summaries["ddp"]["batch"] == {"global_batch": 32, "per_process": 16, "world": 2, "accumulate": 1}
+    assert summaries["single"]["batch"] == {
+        "global_batch": 32,
+        "per_process": 32,
+        "world": 1,
+        "accumulate": 1,
+    }
+    assert summaries["ddp"]["steps_per_epoch"] == summaries["single"]["steps_per_epoch"]
+    assert only_run(tmp_path / "ddp").relative_to(tmp_path / "ddp") == only_run(
+        tmp_path / "single"
+    ).relative_to(tmp_path / "single")  # the same folder name: the number of processes is not part of the run
 
 
 @pytest.mark.parametrize(

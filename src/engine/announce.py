@@ -37,15 +37,19 @@ def with_options(name: str, options: dict[str, Any]) -> str:
     return f"{name}({shown})" if shown else name
 
 
-def start_line(cfg: DictConfig, run_dir: Path, kind: str, step: int, total: int | None = None) -> str:
-    """What trains, how (``fresh`` or ``resumed from step N``) and where."""
+def start_line(
+    cfg: DictConfig, run_dir: Path, kind: str, step: int, total: int | None = None, batch: str | None = None
+) -> str:
+    """What trains, how (``fresh`` or ``resumed from step N``), with which batch (the global batch
+    over the processes, :meth:`.batching.BatchPlan.text`, where the loop says it) and where."""
     if kind == "resume" and step > 0:
         how = f"resumed from step {step}" + (f" of {total}" if total else "")
     elif kind == "resume":
         how = "fresh (the earlier session left no checkpoint)"
     else:
         how = "fresh"
-    return f"train {what_trains(cfg)} · {how} · {shown(run_dir)}"
+    with_batch = f" · {batch}" if batch else ""
+    return f"train {what_trains(cfg)} · {how}{with_batch} · {shown(run_dir)}"
 
 
 def result_text(summary: dict[str, Any]) -> str:

@@ -28,6 +28,7 @@ from src import attention
 from src.errors import ConfigError, SuiteError, message_of
 
 from .announce import announce, complete_line, end_line
+from .batching import plan_for
 from .distributed import Dist
 from .identity import git_revision
 from .numerics import flush_denormals
@@ -49,6 +50,7 @@ def train(cfg: DictConfig, run_dir: Path | str, hydra_files: dict[str, str] | No
     check_compatible(cfg)
     attention.config.complete(cfg.attn)  # a composition: its parts checked, all their options recorded
     with processes(cfg) as dist:
+        plan_for(cfg, dist.world)  # a world size that cannot keep the global batch: refused before the record
         record = RunRecord(Path(run_dir), enabled=dist.main)
         with RunSession(record, cfg, dist, hydra_files) as session:
             if session.kind == "complete":

@@ -32,8 +32,10 @@ Left out of the identity, because they provably do not bear on what the run comp
 Left out although they change the *bits* (not the meaning) of the result, so that a requeue on
 another node or with another thread count resumes: ``trainer.threads`` (the order of float
 reductions), ``trainer.device`` (CPU or GPU kernels), ``trainer.compile`` (fused kernels),
-``trainer.flush_denormal`` (values below 1.2e-38 flushed to zero). A run resumed across one of
-them is still one run, but no longer bit-identical to an uninterrupted one.
+``trainer.flush_denormal`` (values below 1.2e-38 flushed to zero), ``resources`` (the SLURM job's
+size: its number of processes keeps the global batch, :mod:`.batching`, but sums in another order).
+A run resumed across one of them is still one run, but no longer bit-identical to an uninterrupted
+one.
 
 ``paths.data_dir`` changes the *meaning* (another data set under the same folder name): it joins
 the identity, as an absolute path, although it stays out of the folder's name.
@@ -71,7 +73,7 @@ NO_BEARING = (
     "trainer.nonfinite_limit_total",
     "trainer.test_after",
 )
-CHANGES_BITS = ("trainer.threads", "trainer.device", "trainer.compile", "trainer.flush_denormal")
+CHANGES_BITS = ("trainer.threads", "trainer.device", "trainer.compile", "trainer.flush_denormal", "resources")
 EXCLUDED = NO_BEARING + CHANGES_BITS
 #: Classes that moved: a record made before the move names the old path in its ``_target_``; the
 #: identity compares the new one, so that the record still resumes and groups with new runs.

@@ -58,11 +58,11 @@ class Recorder:
             metric=main_metric(cfg.task),
         )
 
-    def begin(self, step: int, total: int | None = None) -> None:
-        """Say what trains, from which step and where (main process); the loops call it once they
-        know the step they start from."""
+    def begin(self, step: int, total: int | None = None, batch: str | None = None) -> None:
+        """Say what trains, from which step, with which batch and where (main process); the loops
+        call it once they know the step they start from."""
         if self.cfg is not None and self.record.enabled:
-            announce(start_line(self.cfg, self.record.dir, self.session.kind, step, total))
+            announce(start_line(self.cfg, self.record.dir, self.session.kind, step, total, batch))
 
     def log(self, step: int, split: str, metrics: dict[str, float]) -> None:
         """One row at ``step``: into ``metrics.jsonl`` (main process) and to W&B."""

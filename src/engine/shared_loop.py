@@ -12,6 +12,7 @@ test split when training ends (:mod:`.evaluation`, as ``python -m src.eval`` doe
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from pathlib import Path
@@ -24,6 +25,7 @@ from src import attention
 from src.errors import DataError, message_of
 
 from . import evaluation
+from .batching import plan_batch
 from .optim import build_optimizer, build_scheduler
 from .trainer import Trainer
 
@@ -36,12 +38,13 @@ log = logging.getLogger(__name__)
 def fit_shared(task: Task, run: Run) -> dict[str, Any]:
     """Build model, variant, optimizer, schedule and the shared loop, train; what it reached."""
     cfg, dist = run.cfg, run.dist
+    batch = plan_batch(task.batch_size, cfg.trainer.accumulate, dist.world)  # refuses a world it cannot keep
     datasets = task.datasets(Path(cfg.paths.data_dir))
     model = task.build_model(cfg.backbone)
     attention.apply(model, attention.variant_from_config(cfg.attn))  # checked and completed by train()
     task.prepare_model(model)
     model.to(dist.device)
-    steps_per_epoch = max(1, len(datasets[0]) // (task.batch_size * dist.world * cfg.trainer.accumulate))
+    steps_per_epoch = max(1, len(datasets[0]) // batch.global_batch)  # the same on any number of processes
     total_steps = cfg.trainer.max_steps or cfg.trainer.max_epochs * steps_per_epoch
     trainer_cfg = cfg.trainer.copy()
     if cfg.trainer.get("val_every_epochs"):  # validate per epoch (P4's convergence table)
@@ -64,6 +67,7 @@ def fit_shared(task: Task, run: Run) -> dict[str, Any]:
         total_steps=total_steps,
         recorder=run.recorder,
         ema=ema,
+        batch=batch,
     )
     started = time.monotonic()
     state = trainer.fit()
@@ -78,6 +82,7 @@ def fit_shared(task: Task, run: Run) -> dict[str, Any]:
         "wall_s": state.wall_s,
         "session_s": time.monotonic() - started,
         "steps_per_epoch": steps_per_epoch,
+        "batch": dataclasses.asdict(batch),
         "params": sum(p.numel() for p in model.parameters()),
         "device": str(dist.device),
     }

@@ -62,7 +62,10 @@ class Task:
     Args (every task's config has them):
         name: the task's name (``task.name``).
         input: the kind of input its backbones take (``image``, ``sequence``, …).
-        batch_size, eval_batch_size: per process.
+        batch_size: the recipe's micro-batch; × ``trainer.accumulate``, the global batch, which the
+            shared loop keeps on any number of processes (:mod:`.batching`); per process for
+            detection (mmdetection's convention).
+        eval_batch_size: per process.
         metric: the main metric, a key of the evaluation's result (default: the class's).
     """
 

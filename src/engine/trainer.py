@@ -29,6 +29,7 @@ from src.conditioning.collapse import collapse_warning
 from src.errors import SuiteError
 
 from . import checkpoint, evaluation
+from .batching import BatchPlan, plan_batch
 from .data import BatchStream, Position, eval_loader, to_device
 from .distributed import Dist
 from .preemption import Preempted, PreemptionGuard
@@ -80,8 +81,11 @@ class Trainer:
         total_steps: int,
         recorder: Recorder,
         ema: nn.Module | None = None,
+        batch: BatchPlan | None = None,
     ) -> None:
         self.cfg, self.task, self.raw_model = cfg, task, model
+        # the recipe's global batch over this run's processes (src/engine/batching.py)
+        self.batch = batch or plan_batch(task.batch_size, cfg.accumulate, dist.world)
         self.optimizer, self.scheduler, self.session, self.dist = optimizer, scheduler, session, dist
         self.record, self.recorder = session.record, recorder
         recorder.loop_step = lambda: self.state.step  # how far a failed session got
@@ -109,7 +113,7 @@ class Trainer:
         """Train to ``total_steps``, resuming from ``last.pt`` when the run folder has one."""
         self._resume()
         cfg, state = self.cfg, self.state
-        self.recorder.begin(state.step, self.total_steps)
+        self.recorder.begin(state.step, self.total_steps, self.batch.text())
         self.stream = self._stream()
         batches = iter(self.stream)
         progress = make_progress(
@@ -122,7 +126,7 @@ class Trainer:
             self.model.train()
             while state.step < self.total_steps:
                 loss = self._optimizer_step(batches)
-                window_samples += self.task.batch_size * cfg.accumulate * self.dist.world
+                window_samples += self.batch.global_batch
                 state.step += 1
                 if self._hook_metrics:
                     self._log("train", self._hook_metrics)
@@ -160,7 +164,7 @@ class Trainer:
     def _stream(self) -> BatchStream:
         return BatchStream(
             self.train_set,
-            self.task.batch_size,
+            self.batch.per_process,
             self.seed,
             rank=self.dist.rank,
             world=self.dist.world,
@@ -172,12 +176,13 @@ class Trainer:
     def _optimizer_step(self, batches) -> float | None:
         """One optimizer update over ``accumulate`` micro-batches; the mean loss, or None if skipped."""
         cfg, total = self.cfg, torch.zeros((), device=self.dist.device)
-        for micro in range(cfg.accumulate):
+        accumulate = self.batch.accumulate  # trainer.accumulate with one process
+        for micro in range(accumulate):
             batch = to_device(next(batches), self.dist.device)
-            last = micro == cfg.accumulate - 1
+            last = micro == accumulate - 1
             sync = contextlib.nullcontext() if last or self.dist.world == 1 else self.model.no_sync()
             with sync, self.autocast:
-                loss = self.task.train_loss(self.model, batch) / cfg.accumulate
+                loss = self.task.train_loss(self.model, batch) / accumulate
             loss.backward()
             total += loss.detach()
         self.state.position = self.stream.position

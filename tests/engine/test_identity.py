@@ -28,6 +28,7 @@ CHANGED = {  # one new value for each key left out of the identity
     "trainer.device": "cpu",
     "trainer.compile": True,
     "trainer.flush_denormal": False,
+    "resources": {"nodes": 2, "gpus_per_node": 8, "cpus_per_task": 10, "mem_gb": 480, "time_min": 4320},
 }
 BEARING = {  # keys that do bear on the result, and a new value for each
     "optim.lr": 0.123,

@@ -34,6 +34,45 @@ def test_accumulating_two_half_batches_equals_one_full_batch(tmp_path):
     )
 
 
+#: The first 5 losses of the default run, and with half batches accumulated, as the code before the
+#: global batch (task.batch_size per process; commit 0573edb) trained them on one CPU thread.
+PER_PROCESS_CODE = {
+    (): [2.3433120250701904, 2.2777762413024902, 2.3434247970581055, 2.299839496612549, 2.406007766723633],
+    ("task.batch_size=16", "trainer.accumulate=2"): [
+        2.3288183212280273,
+        2.3575398921966553,
+        2.317969799041748,
+        2.3892579078674316,
+        2.30043625831604,
+    ],
+}
+
+
+@pytest.mark.parametrize(
+    "overrides, batch, steps_per_epoch",
+    [
+        ((), "batch 64 = 1 process × 64", 22),
+        (("task.batch_size=16", "trainer.accumulate=2"), "batch 32 = 1 process × 16 × 2 accumulated", 44),
+    ],
+)
+def test_one_process_trains_as_the_per_process_code_did(tmp_path, caplog, overrides, batch, steps_per_epoch):
+    """The global batch changes nothing for one process: the same batches, the same losses (equal
+    here to the bit; the tolerance is for another CPU's kernels), the same epoch; the start line
+    states the batch."""
+    with caplog.at_level("INFO", logger="src.run"):
+        summary, run_dir = run(
+            tmp_path, "one", "trainer.max_steps=5", "trainer.device=cpu", "trainer.threads=1", *overrides
+        )
+    torch.testing.assert_close(
+        torch.tensor(losses(run_dir)), torch.tensor(PER_PROCESS_CODE[overrides]), rtol=1e-6, atol=0
+    )
+    assert summary["steps_per_epoch"] == steps_per_epoch
+    assert (
+        summary["batch"]["per_process"] * summary["batch"]["accumulate"] == summary["batch"]["global_batch"]
+    )
+    assert any(f"· fresh · {batch} · " in r.getMessage() for r in caplog.records)
+
+
 def test_the_same_seed_gives_the_same_metrics_and_another_seed_does_not(tmp_path):
     a, _ = run(tmp_path, "a", "trainer.max_steps=20")
     b, _ = run(tmp_path, "b", "trainer.max_steps=20")

@@ -20,6 +20,7 @@ SCRIPT = ROOT / "launch" / "local_slurm.sh"
 ON_LOCAL_CLUSTER = [
     "hydra/launcher=slurm",
     "hydra.launcher.gpus_per_node=null",
+    "hydra.launcher.mem_gb=null",  # the task's resources.mem_gb may exceed this machine
     "hydra.launcher.tasks_per_node=1",
     "hydra.launcher.cpus_per_task=1",
     "hydra.launcher.timeout_min=20",
