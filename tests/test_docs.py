@@ -8,9 +8,11 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import shutil
 import subprocess
 import sys
 
+import pytest
 from conftest import ROOT
 
 from src import attention
@@ -53,7 +55,11 @@ def test_the_docs_site_builds_strict(tmp_path):
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
     done = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     warnings = [line for line in done.stderr.splitlines() if not line.startswith("INFO")]
     assert done.returncode == 0, "\n".join(warnings)
@@ -76,3 +82,30 @@ def test_methods_has_a_section_per_variant_and_the_code_cites_it():
         if re.search(r"(?<!docs/)\bMETHODS\.md", p.read_text())
     ]
     assert citing and not stale, f"cite docs/methods.md, not METHODS.md: {stale}"
+
+
+@pytest.mark.slow
+def test_the_site_screenshots_show_the_landing_page_and_a_long_page(tmp_path):
+    """``make docs-check``'s screenshots: two PNGs of the requested size, not blank (a page that
+    failed to load is one colour). Looking at them stays a person's job (docs/index.md says what
+    to look for)."""
+    screenshots = pytest.importorskip("docs.screenshots", reason="docs/screenshots.py")
+    if not any(shutil.which(name) for name in screenshots.BROWSERS):
+        pytest.skip("no Chromium here: apt-get install chromium-headless-shell")
+    site = tmp_path / "site"
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "-q", "--site-dir", str(site)],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        timeout=120,
+    )
+    from PIL import Image
+
+    for png, (_, width, height) in zip(
+        screenshots.main(site, tmp_path / "png"), screenshots.PAGES.values(), strict=True
+    ):
+        image = Image.open(png).convert("RGB")
+        assert image.size == (width, height)
+        assert len(image.getcolors(maxcolors=1 << 20) or range(1 << 20)) > 50, f"{png} is blank"

@@ -39,7 +39,11 @@ def run(command: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedPro
     for key in ("DATA_DIR", "OUTPUT_DIR", "WANDB_API_KEY", "WANDB_MODE"):
         full_env.pop(key, None)  # the defaults as a new user has them: ./data, ./outputs, no login
     return subprocess.run(
-        [sys.executable, *argv[1:]], cwd=cwd, env=full_env, capture_output=True, text=True,
+        [sys.executable, *argv[1:]],
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
         timeout=300,
     )
 
