@@ -66,7 +66,7 @@ bench: ## speed and memory of each attention variant; ARGS="--device cuda …" (
 docs: ## build the docs site into site/ (mkdocs-material; --strict: a broken link fails)
 	NO_MKDOCS_2_WARNING=1 $(PYTHON) -m mkdocs build --strict
 
-docs-check: docs ## screenshot the site's landing page and a long page (needs playwright's Chromium; docs/screenshots.py)
+docs-check: docs ## screenshot the landing page and a long page into outputs/docs-screenshots/ (apt-get install chromium-headless-shell)
 	$(PYTHON) docs/screenshots.py site outputs/docs-screenshots
 
 lint: ## ruff
