@@ -17,7 +17,7 @@ COMMA := ,
 EXTRAS := dev$(if $(filter pip,$(DETECTION_BY)),$(COMMA)detection,)
 
 .DEFAULT_GOAL := help
-.PHONY: help install detection run test test-slow test-full test-timm bench lint clean
+.PHONY: help install detection run test test-slow test-full test-timm bench docs docs-check lint clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  %-10s %s\n", $$1, $$2}'
@@ -62,6 +62,12 @@ test-timm: ## timm's own model tests on tiny models of each family, per variant,
 
 bench: ## speed and memory of each attention variant; ARGS="--device cuda …" (python -m launch.bench --help)
 	$(PYTHON) -m launch.bench $(ARGS)
+
+docs: ## build the docs site into site/ (mkdocs-material; --strict: a broken link fails)
+	NO_MKDOCS_2_WARNING=1 $(PYTHON) -m mkdocs build --strict
+
+docs-check: docs ## screenshot the landing page and a long page into outputs/docs-screenshots/ (apt-get install chromium-headless-shell)
+	$(PYTHON) docs/screenshots.py site outputs/docs-screenshots
 
 lint: ## ruff
 	$(PYTHON) -m ruff check src tasks launch tests

@@ -1,0 +1,101 @@
+"""The README's used-by commands, run as written: each either works or stops in one line naming
+the one thing that makes it work (exit status 2, no traceback).
+
+The commands are read from the first ``bash`` block under "## Used by" in README.md, so a command
+edited there is the command tested here. Each runs in a temporary folder (its ``data/`` and
+``outputs/`` are there, so nothing is written into the repository) with the repository on
+``PYTHONPATH``; nothing is added to the command line. Each command needs something this machine
+may lack (COCO and the detection extra, a SLURM cluster, a W&B login), and what it says then is
+what is asserted.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+
+def used_by_commands() -> list[str]:
+    """The command lines of the first ```bash block under "## Used by" in README.md."""
+    section = (ROOT / "README.md").read_text().split("\n## Used by\n", 1)[1]
+    block = re.search(r"```bash\n(.*?)```", section, flags=re.S).group(1)
+    return [line.split("  #", 1)[0].strip() for line in block.splitlines() if line.strip()]
+
+
+def run(command: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """``command`` as written, ``python`` being this interpreter, in ``cwd``."""
+    argv = shlex.split(command)
+    assert argv[0] == "python", f"a used-by command starts with python: {command}"
+    full_env = {**os.environ, "PYTHONPATH": str(ROOT), **env}
+    for key in ("DATA_DIR", "OUTPUT_DIR", "WANDB_API_KEY", "WANDB_MODE"):
+        full_env.pop(key, None)  # the defaults as a new user has them: ./data, ./outputs, no login
+    return subprocess.run(
+        [sys.executable, *argv[1:]],
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def one_line(done: subprocess.CompletedProcess) -> str:
+    """The refusal's single stderr line, after checking exit status 2 and no traceback."""
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
+    assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr[-2000:]
+    return lines[0]
+
+
+def slurm_answers() -> bool:
+    """Whether a SLURM controller answers here (then the command would submit 90 real jobs)."""
+    if not shutil.which("sinfo"):
+        return False
+    return subprocess.run(["sinfo"], capture_output=True, timeout=30).returncode == 0
+
+
+def test_the_readme_lists_the_three_used_by_commands():
+    commands = used_by_commands()
+    assert [c for c in commands if "task=coco" in c] == ["python -m src.run task=coco attn=precond"]
+    assert any("hydra/launcher=slurm" in c for c in commands)
+    assert any("launch.dashboard" in c for c in commands)
+    assert len(commands) == 3, f"a used-by command without a test here: {commands}"
+
+
+def command(part: str) -> str:
+    return next(c for c in used_by_commands() if part in c)
+
+
+def test_coco_names_the_detection_extra_or_the_coco_files_it_wants(tmp_path):
+    line = one_line(run(command("task=coco"), tmp_path, {}))
+    if importlib.util.find_spec("mmdet") is None:
+        assert "make detection" in line
+    else:  # the extra is installed: the data is what is missing, named file by file
+        for wanted in ("instances_train2017.json", "instances_val2017.json", "train2017", "val2017"):
+            assert wanted in line
+        assert "data_dir" in line or "DATA_DIR" in line
+
+
+def test_the_slurm_multirun_names_the_cluster_it_needs(tmp_path):
+    if slurm_answers():
+        pytest.skip("a SLURM controller answers here: the command would submit the LRA table's jobs")
+    line = one_line(run(command("hydra/launcher=slurm"), tmp_path, {}))
+    assert "hydra/launcher=slurm" in line and ("sinfo" in line or "sbatch" in line)
+    assert not list(tmp_path.rglob("summary.json")), "a refused sweep recorded runs"
+
+
+def test_the_dashboard_names_the_wandb_login_it_needs(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {"HOME": str(home), "NETRC": str(home / ".netrc"), "WANDB_CONFIG_DIR": str(home)}
+    line = one_line(run(command("launch.dashboard"), tmp_path, env))
+    assert "wandb login" in line and "--dry-run" in line
