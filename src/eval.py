@@ -11,6 +11,10 @@ none or it is unreadable, which is set aside as resume does), provided the check
 by this record (its identity: a ``best.pt`` copied from another run is refused), and the split
 evaluated by the code the loop validates with (:mod:`src.engine.evaluation`). The result goes to
 ``<run_dir>/eval-<split>.json`` and one printed line; the record itself is never rewritten.
+When the run logged to W&B (its config's ``logger=wandb``, or ``logger=wandb`` on this command
+line), the result is also added to that W&B run's summary (``eval/<split>/<metric>``): the run is
+resumed by the id its ``identity.json`` holds, so the runs table shows training and evaluation
+side by side (:func:`send_to_wandb`); ``logger=none`` sends nothing.
 
 ``key=value`` items override the run's config for this evaluation only (``trainer.device=cpu``,
 ``paths.data_dir=…``, ``trainer.eval_batches=null``), and the result records them. One that
@@ -51,7 +55,7 @@ from src.run import user_error
 
 log = logging.getLogger(__name__)
 
-OPTIONS = {"split": "val", "checkpoint": "best"}  # this command's own items, and their defaults
+OPTIONS = {"split": "val", "checkpoint": "best", "logger": ""}  # this command's own items, and their defaults
 CONFIG = "config.yaml"  # the record's resolved config
 
 
@@ -79,7 +83,7 @@ def parse(argv: list[str] | None) -> tuple[Path, dict[str, str], list[str]]:
         nargs="*",
         default=[],
         metavar="key=value",
-        help="split=val|test, checkpoint=best|last, or a key of the run's config",
+        help="split=val|test, checkpoint=best|last, logger=wandb|none, or a key of the run's config",
     )
     args = parser.parse_args(argv)
     options, overrides = dict(OPTIONS), []
@@ -88,6 +92,8 @@ def parse(argv: list[str] | None) -> tuple[Path, dict[str, str], list[str]]:
         if not sep or not key:
             raise ConfigError(f"{item!r} is not key=value (e.g. split=test, trainer.device=cpu)")
         if key in OPTIONS:
+            if key == "logger" and value not in ("wandb", "none"):
+                raise ConfigError(f"logger={value}: no such logger (logger=wandb or logger=none)")
             options[key] = value
         else:
             overrides.append(item)
@@ -181,10 +187,13 @@ def refuse_other_loops(cfg: DictConfig) -> None:
         )
 
 
-def evaluate_run(run_dir: Path, split: str, which: str, overrides: list[str]) -> tuple[dict[str, Any], Path]:
-    """Evaluate the run's ``which`` checkpoint on ``split``; the result and where it was written."""
+def evaluate_run(
+    run_dir: Path, split: str, which: str, overrides: list[str], logger: str = ""
+) -> tuple[dict[str, Any], Path]:
+    """Evaluate the run's ``which`` checkpoint on ``split``; the result and where it was written.
+    ``logger`` (``wandb``, ``none``, or empty for the record's own) says where else it goes."""
     recorded = load_config(run_dir, overrides)
-    cfg = recorded.cfg
+    cfg = with_logger(recorded.cfg, logger)
     refuse_other_loops(cfg)
     task = instantiate(cfg.task)
     task.check_split(split)
@@ -218,7 +227,42 @@ def evaluate_run(run_dir: Path, split: str, which: str, overrides: list[str]) ->
             data_dir=str(data_dir),
         )
         written = evaluation.write_result(run_dir, result) if dist.main else None
+    if written is not None and cfg.logger.name == "wandb":
+        if recorded.identity == recorded.record_identity:
+            send_to_wandb(run_dir, cfg, result)
+        else:
+            print_note("not sent to W&B: it measures another configuration than the run's")
     return result, written
+
+
+def with_logger(cfg: DictConfig, logger: str) -> DictConfig:
+    """``cfg`` with ``conf/logger/<logger>.yaml`` as its logger (resolved against ``cfg``); as it
+    is when ``logger`` is empty."""
+    if not logger:
+        return cfg
+    node = OmegaConf.load(Path(__file__).resolve().parents[1] / "conf" / "logger" / f"{logger}.yaml")
+    cfg = OmegaConf.merge(cfg, {"logger": None})
+    cfg.logger = node
+    OmegaConf.resolve(cfg)
+    return cfg
+
+
+def send_to_wandb(run_dir: Path, cfg: DictConfig, result: dict[str, Any]) -> None:
+    """Add ``result`` to the summary of the W&B run ``run_dir`` logged to (``identity.json``'s
+    ``wandb_id``), resumed with ``resume="allow"``: evaluation belongs to the run it measures, and
+    its summary keys (``eval/test/acc``) sit beside the training's in the runs table. Its
+    ``job_type`` stays the training's ``train`` (resuming with ``eval`` would relabel the training
+    run); its config is left as it was. Offline, the resumed run is one more offline folder of the
+    same id, which ``wandb sync`` merges into the run. Best effort, as in training."""
+    from src.engine.tracking import WandbLogger, eval_summary, run_name, run_tags
+
+    _, meta = RunRecord(run_dir, enabled=False).recorded_identity()
+    wandb_id = (meta or {}).get("wandb_id")
+    if not wandb_id:
+        print_note(f"not sent to W&B: {run_dir / 'identity.json'} holds no W&B run id")
+        return
+    logger = WandbLogger(cfg.logger, run_dir, None, run_id=wandb_id, name=run_name(cfg), tags=run_tags(cfg))
+    logger.finish(eval_summary(result))
 
 
 def print_note(line: str) -> None:
@@ -237,7 +281,9 @@ def main(argv: list[str] | None = None) -> None:
     """The command: one line with the result, or one line with the error and exit status 2."""
     try:
         run_dir, options, overrides = parse(argv)
-        result, written = evaluate_run(run_dir, options["split"], options["checkpoint"], overrides)
+        result, written = evaluate_run(
+            run_dir, options["split"], options["checkpoint"], overrides, options["logger"]
+        )
     except Exception as error:
         cause = user_error(error)  # Hydra's instantiate wraps what a task's constructor raises
         if cause is None:
