@@ -32,7 +32,11 @@ from src.errors import ConfigError
 
 
 def new_run_id() -> str:
-    """A fresh W&B run id (W&B's own alphabet: lowercase letters and digits)."""
+    """A fresh W&B run id (W&B's own alphabet: lowercase letters and digits); under a W&B sweep
+    agent (``WANDB_SWEEP_ID``), the id the agent chose (``WANDB_RUN_ID``), so the sweep holds the
+    run (:mod:`launch.wandb_sweep`)."""
+    if os.environ.get("WANDB_SWEEP_ID") and os.environ.get("WANDB_RUN_ID"):
+        return os.environ["WANDB_RUN_ID"]
     alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
     return "".join(secrets.choice(alphabet) for _ in range(12))
 
@@ -82,10 +86,13 @@ def run_tags(cfg: DictConfig) -> list[str]:
 
 
 def in_sweep() -> bool:
-    """Whether this process runs one job of a Hydra multirun (``-m``)."""
+    """Whether this process runs one job of a sweep: a Hydra multirun (``-m``) or a W&B sweep's
+    agent (``WANDB_SWEEP_ID``)."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
+    if os.environ.get("WANDB_SWEEP_ID"):
+        return True
     return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 

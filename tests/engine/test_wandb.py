@@ -280,3 +280,13 @@ def test_eval_with_logger_none_sends_nothing(logged, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     eval_main([str(run_dir), "split=val", "trainer.device=cpu", "logger=none"])
     assert offline_files(run_dir, wandb_id) == before
+
+
+def test_under_a_wandb_sweep_agent_the_run_takes_the_agents_id_and_is_in_a_sweep(monkeypatch):
+    from src.engine.tracking import in_sweep, new_run_id
+
+    monkeypatch.delenv("WANDB_SWEEP_ID", raising=False)
+    assert new_run_id() != new_run_id() and not in_sweep()
+    monkeypatch.setenv("WANDB_SWEEP_ID", "abc123")
+    monkeypatch.setenv("WANDB_RUN_ID", "agentchosen1")
+    assert new_run_id() == "agentchosen1" and in_sweep()
