@@ -290,3 +290,25 @@ def test_under_a_wandb_sweep_agent_the_run_takes_the_agents_id_and_is_in_a_sweep
     monkeypatch.setenv("WANDB_SWEEP_ID", "abc123")
     monkeypatch.setenv("WANDB_RUN_ID", "agentchosen1")
     assert new_run_id() == "agentchosen1" and in_sweep()
+
+
+def test_eval_with_logger_wandb_sends_a_record_trained_without_wandb_to_its_id(tmp_path, monkeypatch):
+    from src.eval import main as eval_main
+
+    train(compose([*SHORT[1:], "logger=none"], tmp_path), tmp_path / "run")
+    assert not (tmp_path / "run" / "wandb").exists()
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    eval_main([str(tmp_path / "run"), "split=val", "trainer.device=cpu", "logger=wandb"])
+    wandb_id = json.loads((tmp_path / "run" / "identity.json").read_text())["wandb_id"]
+    (evaluated,) = offline_files(tmp_path / "run", wandb_id)
+    result = json.loads((tmp_path / "run" / "eval-val.json").read_text())
+    assert offline_run(evaluated)[1]["eval/val/acc"] == result["metrics"]["val/acc"]
+
+
+def test_eval_refuses_an_unknown_logger_in_one_line(logged, capsys):
+    from src.eval import main as eval_main
+
+    with pytest.raises(SystemExit) as stop:
+        eval_main([str(logged[0]), "logger=tensorboard"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.startswith("error: logger=tensorboard") and err.count("\n") == 1
