@@ -33,6 +33,11 @@ file (as timm's ``validate.py --checkpoint``), exactly that file, with no fallba
 
 Detection runs are refused: mmengine trains and validates them (COCO mAP on val2017, in their
 record), and COCO's test-dev labels are not public.
+
+When the run logged to W&B (its config's ``logger=wandb``, or ``logger=wandb`` on this command
+line), the result is also added to that W&B run's summary (``eval/<split>/<metric>``): the run is
+resumed by the id its ``identity.json`` holds, so the runs table shows training and evaluation
+side by side (:func:`send_to_wandb`); ``logger=none`` sends nothing.
 """
 
 from __future__ import annotations
@@ -65,7 +70,8 @@ from src.run import user_error
 
 log = logging.getLogger(__name__)
 
-OPTIONS = {"split": "val", "checkpoint": None, "run": None}  # this command's own items, and their defaults
+# this command's own items, and their defaults
+OPTIONS = {"split": "val", "checkpoint": None, "run": None, "logger": ""}
 CONFIG = "config.yaml"  # the record's resolved config
 
 
@@ -95,7 +101,8 @@ def parse(argv: list[str] | None) -> tuple[Path, dict[str, str], list[str]]:
         nargs="*",
         default=[],
         metavar="key=value",
-        help="split=val|test, checkpoint=best|last, run=<run_dir> (a file's run), or a key of its config",
+        help="split=val|test, checkpoint=best|last, run=<run_dir> (a file's run), logger=wandb|none, "
+        "or a key of its config",
     )
     args = parser.parse_args(argv)
     options, overrides = dict(OPTIONS), []
@@ -104,6 +111,8 @@ def parse(argv: list[str] | None) -> tuple[Path, dict[str, str], list[str]]:
         if not sep or not key:
             raise ConfigError(f"{item!r} is not key=value (e.g. split=test, trainer.device=cpu)")
         if key in OPTIONS:
+            if key == "logger" and value not in ("wandb", "none"):
+                raise ConfigError(f"logger={value}: no such logger (logger=wandb or logger=none)")
             options[key] = value
         else:
             overrides.append(item)
@@ -191,10 +200,14 @@ def refuse_other_loops(cfg: DictConfig) -> None:
         )
 
 
-def evaluate_run(run_dir: Path, split: str, which: str, overrides: list[str]) -> tuple[dict[str, Any], Path]:
-    """Evaluate the run's ``which`` checkpoint on ``split``; the result and where it was written."""
+def evaluate_run(
+    run_dir: Path, split: str, which: str, overrides: list[str], logger: str = ""
+) -> tuple[dict[str, Any], Path]:
+    """Evaluate the run's ``which`` checkpoint on ``split``; the result and where it was written.
+    ``logger`` (``wandb``, ``none``, or empty for the record's own) says where else it goes."""
     recorded = load_config(run_dir, overrides)
-    task = checked_task(recorded.cfg, split)
+    cfg = with_logger(recorded.cfg, logger)
+    task = checked_task(cfg, split)
     opened = evaluation.open_checkpoint(
         run_dir,
         which,
@@ -203,13 +216,19 @@ def evaluate_run(run_dir: Path, split: str, which: str, overrides: list[str]) ->
         identity=recorded.owners,
     )
     own = recorded.identity == recorded.record_identity
-    return measure(
+    result, written = measure(
         recorded,
         opened,
         split,
         evaluation.result_path(run_dir, split, None if own else recorded.identity),
         task,
     )
+    if written is not None and cfg.logger.name == "wandb":
+        if own:
+            send_to_wandb(run_dir, cfg, result)
+        else:
+            print_note("not sent to W&B: it measures another configuration than the run's")
+    return result, written
 
 
 def checked_task(cfg: DictConfig, split: str) -> Task:
@@ -253,6 +272,36 @@ def measure(
             written = path
             write_atomic(path, json.dumps(plain_json(result)[0], indent=2) + "\n")
     return result, written
+
+
+def with_logger(cfg: DictConfig, logger: str) -> DictConfig:
+    """``cfg`` with ``conf/logger/<logger>.yaml`` as its logger (resolved against ``cfg``); as it
+    is when ``logger`` is empty."""
+    if not logger:
+        return cfg
+    node = OmegaConf.load(Path(__file__).resolve().parents[1] / "conf" / "logger" / f"{logger}.yaml")
+    cfg = OmegaConf.merge(cfg, {"logger": None})
+    cfg.logger = node
+    OmegaConf.resolve(cfg)
+    return cfg
+
+
+def send_to_wandb(run_dir: Path, cfg: DictConfig, result: dict[str, Any]) -> None:
+    """Add ``result`` to the summary of the W&B run ``run_dir`` logged to (``identity.json``'s
+    ``wandb_id``), resumed with ``resume="allow"``: evaluation belongs to the run it measures, and
+    its summary keys (``eval/test/acc``) sit beside the training's in the runs table. Its
+    ``job_type`` stays the training's ``train`` (resuming with ``eval`` would relabel the training
+    run); its config is left as it was. Offline, the resumed run is one more offline folder of the
+    same id, which ``wandb sync`` merges into the run. Best effort, as in training."""
+    from src.engine.tracking import WandbLogger, eval_summary, run_name, run_tags
+
+    _, meta = RunRecord(run_dir, enabled=False).recorded_identity()
+    wandb_id = (meta or {}).get("wandb_id")
+    if not wandb_id:
+        print_note(f"not sent to W&B: {run_dir / 'identity.json'} holds no W&B run id")
+        return
+    logger = WandbLogger(cfg.logger, run_dir, None, run_id=wandb_id, name=run_name(cfg), tags=run_tags(cfg))
+    logger.finish(eval_summary(result))
 
 
 def print_note(line: str) -> None:
@@ -370,7 +419,7 @@ def main(argv: list[str] | None = None) -> None:
             if run is not None:
                 raise ConfigError(f"run={run} names the run of a checkpoint file; {target} is a folder")
             result, written = evaluate_run(
-                target, options["split"], options["checkpoint"] or "best", overrides
+                target, options["split"], options["checkpoint"] or "best", overrides, options["logger"]
             )
         elif options["checkpoint"] is not None:
             raise ConfigError(f"checkpoint= picks a file of a run folder; {target} is already one file")

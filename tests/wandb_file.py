@@ -45,3 +45,26 @@ def _records(data: bytes, record_type: type) -> Any:
             record.ParseFromString(pending)
             pending = b""
             yield record
+
+
+def offline_records(wandb_file: Path) -> dict[str, Any]:
+    """What else an offline run's file says: ``run`` (its id, ``job_type``, ``group`` and
+    ``config``, flat keys with JSON values decoded) and ``artifacts`` (each logged artifact's
+    ``name``, ``type``, ``aliases`` and ``metadata``), in the order they were logged."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    run: dict[str, Any] = {"config": {}}
+    artifacts: list[dict[str, Any]] = []
+    for record in _records(Path(wandb_file).read_bytes(), pb.Record):
+        kind = record.WhichOneof("record_type")
+        if kind == "run":
+            r = record.run
+            run.update(id=r.run_id, job_type=r.job_type, group=r.run_group)
+            run["config"].update({i.key: json.loads(i.value_json) for i in r.config.update if i.key})
+        elif kind == "config":
+            run["config"].update({i.key: json.loads(i.value_json) for i in record.config.update if i.key})
+        elif kind == "artifact":
+            a = record.artifact
+            meta = json.loads(a.metadata) if a.metadata else {}
+            artifacts.append(dict(name=a.name, type=a.type, aliases=list(a.aliases), metadata=meta))
+    return {"run": run, "artifacts": artifacts}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -19,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from .announce import announce, start_line
 from .record import RunRecord
 from .session import Session
-from .tracking import WandbLogger, main_metric, run_config, run_name, run_tags
+from .tracking import WandbLogger, in_sweep, main_metric, run_config, run_name, run_tags
 
 
 class Recorder:
@@ -50,12 +51,13 @@ class Recorder:
         self.wandb = WandbLogger(
             cfg.logger,
             self.record.dir,
-            run_config(cfg, OmegaConf.to_container(cfg, resolve=True)),
+            run_config(cfg, OmegaConf.to_container(cfg, resolve=True), sweep=in_sweep()),
             run_id=opening.wandb_id,
             logged_through=opening.logged_through,
             name=run_name(cfg),
             tags=run_tags(cfg),
             metric=main_metric(cfg.task),
+            job_type="train",
         )
 
     def begin(self, step: int, total: int | None = None, batch: str | None = None) -> None:
@@ -69,6 +71,12 @@ class Recorder:
         self.record.log(step, split, metrics)
         if self.wandb is not None:
             self.wandb.log(metrics, step=step)
+
+    def saved(self, path: Path, step: int, metadata: dict[str, Any]) -> None:
+        """The loop wrote the checkpoint ``path`` at ``step``: log it to W&B as a model artifact
+        (with ``metadata``) when ``logger.log_checkpoints`` asks for it."""
+        if self.wandb is not None and self.cfg is not None and self.cfg.logger.get("log_checkpoints"):
+            self.wandb.log_checkpoint(path, step, metadata)
 
     def finish(self, summary: dict[str, Any]) -> dict[str, Any]:
         """Write ``summary.json`` and close W&B with the final metrics; returns ``summary``."""

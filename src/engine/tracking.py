@@ -6,6 +6,13 @@ the record starts (``identity.json``'s ``wandb_id``), so a folder deleted and ru
 restarted with ``trainer.resume=restart``, gets a new W&B run; a resumed record continues its
 own. Steps that the record had already logged before a resume (the session that was killed
 got past its last checkpoint) were already sent: they are not sent again.
+
+A training run has ``job_type`` ``train``; with ``logger.log_checkpoints`` each ``best.pt`` and
+``last.pt`` the loop writes is logged as a version of the run's ``model-<run id>`` artifact
+(aliases ``best`` / ``latest`` and ``step-N``, the step, metric and identity in its metadata;
+:meth:`WandbLogger.log_checkpoint`). ``python -m src.eval`` resumes the evaluated run to add its
+results to the run's summary (``eval/<split>/<metric>``), where the runs table compares them.
+A single run's config has ``sweep_name`` None; a multirun's jobs keep their sweep's.
 """
 
 from __future__ import annotations
@@ -25,7 +32,11 @@ from src.errors import ConfigError
 
 
 def new_run_id() -> str:
-    """A fresh W&B run id (W&B's own alphabet: lowercase letters and digits)."""
+    """A fresh W&B run id (W&B's own alphabet: lowercase letters and digits); under a W&B sweep
+    agent (``WANDB_SWEEP_ID``), the id the agent chose (``WANDB_RUN_ID``), so the sweep holds the
+    run (:mod:`launch.wandb_sweep`)."""
+    if os.environ.get("WANDB_SWEEP_ID") and os.environ.get("WANDB_RUN_ID"):
+        return os.environ["WANDB_RUN_ID"]
     alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
     return "".join(secrets.choice(alphabet) for _ in range(12))
 
@@ -74,18 +85,44 @@ def run_tags(cfg: DictConfig) -> list[str]:
     return list(dict.fromkeys(tags))
 
 
-def run_config(cfg: DictConfig, resolved: dict[str, Any]) -> dict[str, Any]:
+def in_sweep() -> bool:
+    """Whether this process runs one job of a sweep: a Hydra multirun (``-m``) or a W&B sweep's
+    agent (``WANDB_SWEEP_ID``)."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if os.environ.get("WANDB_SWEEP_ID"):
+        return True
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
+def run_config(cfg: DictConfig, resolved: dict[str, Any], sweep: bool = False) -> dict[str, Any]:
     """The W&B config: the resolved config ``resolved`` plus flat keys a workspace groups and
     filters by (``variant``, ``variant_options``, ``variant_label``, ``task_name``,
-    ``backbone_name``; ``seed`` and ``sweep_name`` are already top-level keys)."""
+    ``backbone_name``; ``seed`` is already a top-level key). ``sweep_name`` is the sweep's for a
+    job of a multirun (``sweep``) and None for a single run, which belongs to no sweep (the
+    config's default ``sweep`` names only the multirun folder)."""
     changed = changed_options(cfg.attn)
     return {
         **resolved,
+        "sweep_name": resolved.get("sweep_name") if sweep else None,
         "variant": attention.attn_name(cfg.attn),
         "variant_options": ",".join(f"{k}={v}" for k, v in changed.items()) or "defaults",
         "variant_label": variant_label(cfg.attn),
         "task_name": cfg.task.name,
         "backbone_name": cfg.backbone.name,
+    }
+
+
+def eval_summary(result: dict[str, Any]) -> dict[str, Any]:
+    """What an evaluation (``python -m src.eval``'s ``result``) adds to the evaluated run's W&B
+    summary: each metric under ``eval/`` (``eval/test/acc``) and which checkpoint gave them
+    (``eval/<split>/checkpoint``, ``eval/<split>/checkpoint_step``)."""
+    split = result["split"]
+    return {
+        **{f"eval/{k}": v for k, v in result["metrics"].items()},
+        f"eval/{split}/checkpoint": result["checkpoint"],
+        f"eval/{split}/checkpoint_step": result["checkpoint_step"],
     }
 
 
@@ -98,6 +135,8 @@ class WandbLogger:
     ``logged_through``: the last step this W&B run already holds; steps up to it are not sent.
     ``name`` and ``tags`` default to ``cfg.run_name`` and ``cfg.tags``; ``metric`` (``(key, mode)``)
     is defined with ``summary=mode``, so that the run's summary holds its best value, not its last.
+    ``job_type``: ``train`` for a training run; None when resuming a run to add to it (evaluation),
+    so that the run keeps its own. ``config`` None leaves a resumed run's config as it was.
     """
 
     def __init__(
@@ -110,6 +149,7 @@ class WandbLogger:
         name: str | None = None,
         tags: list[str] | None = None,
         metric: tuple[str, str] | None = None,
+        job_type: str | None = None,
     ) -> None:
         self.run, self.logged_through = None, logged_through
         try:
@@ -127,6 +167,7 @@ class WandbLogger:
                 name=name or cfg.get("run_name"),
                 tags=list(cfg.get("tags") or []) if tags is None else tags,
                 config=config,
+                job_type=job_type,
                 dir=str(run_dir),
                 mode=mode,
                 id=run_id or new_run_id(),
@@ -145,6 +186,29 @@ class WandbLogger:
             self.run.log(metrics, step=step)
         except Exception as e:  # noqa: BLE001
             self._fail("log", e)
+
+    def log_checkpoint(self, path: Path, step: int, metadata: dict[str, Any]) -> None:
+        """Log the checkpoint file ``path`` (``best.pt`` or ``last.pt``, just written at ``step``) as
+        a version of the run's ``model-<run id>`` artifact, type ``model``, as Lightning's W&B
+        logger names them: ``last.pt`` with aliases ``latest`` and ``step-<step>``, ``best.pt`` with
+        ``best`` and ``best-step-<step>`` (an alias names one version: both files are saved at
+        some steps), ``metadata`` with the file's name and step. W&B moves each alias to the
+        newest version that has it, and gives ``latest`` to every version it logs: the loop saves
+        ``best.pt`` before ``last.pt`` at a step, so ``latest`` ends on ``last.pt``. The file is
+        copied into W&B's staging area at once, since the loop overwrites it."""
+        if self.run is None:
+            return
+        try:
+            import wandb
+
+            file = Path(path).name
+            aliases = ["best", f"best-step-{step}"] if file == "best.pt" else ["latest", f"step-{step}"]
+            meta = {**metadata, "file": file, "step": step}
+            artifact = wandb.Artifact(f"model-{self.run.id}", type="model", metadata=meta)
+            artifact.add_file(str(path), name=file)
+            self.run.log_artifact(artifact, aliases=aliases)
+        except Exception as e:  # noqa: BLE001
+            self._fail("log_artifact", e)
 
     def finish(self, summary: dict[str, Any] | None = None) -> None:
         """Close the W&B run (with ``summary``); a second call does nothing."""

@@ -17,7 +17,7 @@ import math
 import re
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import torch
 from omegaconf import DictConfig
@@ -338,6 +338,7 @@ class Trainer:
         )
         self.record.touched = True
         self.saved_step = state.step
+        self.recorder.saved(self.record.checkpoint, state.step, self._artifact_meta())
         self.dist.barrier()
 
     def _save_best(self) -> None:
@@ -360,6 +361,19 @@ class Trainer:
             keep_previous=False,
         )
         self.record.touched = True
+        meta = {**self._artifact_meta(), "value": state.best[self.task.metric]}
+        self.recorder.saved(self.record.checkpoint.with_name(checkpoint.BEST), state.step, meta)
+
+    def _artifact_meta(self) -> dict[str, Any]:
+        """What a checkpoint's W&B artifact says of it: the main metric, its direction, the best
+        value so far (with its step) and the record's identity hash."""
+        return {
+            "metric": self.task.metric,
+            "metric_mode": self.task.metric_mode,
+            "best": self.state.best.get(self.task.metric),
+            "best_step": self.state.best.get("step"),
+            "identity": self.session.identity.hash,
+        }
 
     def _resume(self) -> None:
         """Continue from the newest readable checkpoint (its identity checked), or from nothing."""

@@ -8,7 +8,7 @@ import shutil
 import pytest
 import wandb
 from conftest import compose
-from wandb_file import offline_run
+from wandb_file import offline_records, offline_run
 
 from src.engine import train
 from src.engine.record import read_metrics
@@ -192,3 +192,123 @@ def test_the_offline_summary_holds_the_best_not_the_last(tmp_path, monkeypatch):
     assert "val/acc" in history and summary["val/acc"] == {"max": 0.75}  # define_metric(summary="max")
     assert summary["final/val/acc"] == 0.5 and summary["best"] == {"val/acc": 0.75, "step": 4}
     assert (summary["steps"], summary["status"]) == (6, "completed") and summary["wall_s"] > 0
+
+
+# -- job type, group, checkpoints as artifacts, evaluation on the run it measures ----------------
+
+
+@pytest.fixture(scope="module")
+def logged(tmp_path_factory):
+    """One offline run of 4 steps with ``logger.log_checkpoints`` (validation and checkpoint at
+    steps 2 and 4), then ``python -m src.eval`` on it: the run folder and its W&B run id."""
+    from src.eval import main as eval_main
+
+    tmp = tmp_path_factory.mktemp("logged")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("WANDB_MODE", "offline")
+        accs = iter([0.5, 0.25])  # the best is step 2's: best.pt is written once, last.pt twice
+        from src.engine.trainer import Trainer
+
+        mp.setattr(Trainer, "evaluate", lambda self, model, prefix="val": {f"{prefix}/acc": next(accs)})
+        run(tmp, "logger.log_checkpoints=true", "trainer.checkpoint_every=2")
+        mp.undo()
+        mp.setenv("WANDB_MODE", "offline")
+        eval_main([str(tmp / "run"), "split=val", "trainer.device=cpu"])
+    wandb_id = json.loads((tmp / "run" / "identity.json").read_text())["wandb_id"]
+    return tmp / "run", wandb_id
+
+
+def offline_files(run_dir, wandb_id):
+    """The offline W&B files of run ``wandb_id`` under ``run_dir``, oldest first."""
+    return sorted((run_dir / "wandb").glob(f"offline-run-*-{wandb_id}/run-{wandb_id}.wandb"))
+
+
+def test_a_training_run_is_job_type_train_in_its_task_group_and_in_no_sweep(logged):
+    run_dir, wandb_id = logged
+    trained = offline_records(offline_files(run_dir, wandb_id)[0])["run"]
+    assert (trained["id"], trained["job_type"], trained["group"]) == (wandb_id, "train", "digits/vit_digits")
+    assert trained["config"]["sweep_name"] is None  # a single run; the config's default 'sweep' is a folder
+
+
+def test_a_sweep_job_keeps_its_sweep_name(tmp_path):
+    cfg = compose(["logger=wandb", "sweep_name=paper_lm"], tmp_path)
+    assert run_config(cfg, {"sweep_name": "paper_lm"}, sweep=True)["sweep_name"] == "paper_lm"
+    assert run_config(cfg, {"sweep_name": "paper_lm"}, sweep=False)["sweep_name"] is None
+
+
+def test_checkpoints_are_logged_as_model_artifacts_with_step_metric_and_identity(logged):
+    run_dir, wandb_id = logged
+    artifacts = offline_records(offline_files(run_dir, wandb_id)[0])["artifacts"]
+    identity = json.loads((run_dir / "identity.json").read_text())["hash"]
+    assert {(a["name"], a["type"]) for a in artifacts} == {(f"model-{wandb_id}", "model")}
+    logged_as = [(a["metadata"]["file"], a["metadata"]["step"], set(a["aliases"])) for a in artifacts]
+    assert logged_as == [  # in this order: W&B gives "latest" to each, the last keeps it
+        ("best.pt", 2, {"best", "best-step-2", "latest"}),
+        ("last.pt", 2, {"latest", "step-2"}),
+        ("last.pt", 4, {"latest", "step-4"}),
+    ]
+    best = next(a["metadata"] for a in artifacts if a["metadata"]["file"] == "best.pt")
+    assert (best["metric"], best["metric_mode"], best["value"]) == ("val/acc", "max", 0.5)
+    assert best["identity"] == identity
+    last = [a["metadata"] for a in artifacts if a["metadata"]["step"] == 4][0]
+    assert (last["best"], last["best_step"]) == (0.5, 2)
+
+
+def test_without_log_checkpoints_no_artifact_is_logged(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    run(tmp_path, "trainer.checkpoint_every=2")
+    (wandb_file,) = (tmp_path / "run" / "wandb").glob("offline-run-*/run-*.wandb")
+    assert offline_records(wandb_file)["artifacts"] == []
+
+
+def test_eval_adds_its_results_to_the_summary_of_the_run_it_evaluates(logged):
+    run_dir, wandb_id = logged
+    trained, evaluated = offline_files(run_dir, wandb_id)  # the eval resumed the same run id
+    result = json.loads((run_dir / "eval-val.json").read_text())
+    _, summary = offline_run(evaluated)
+    run_record = offline_records(evaluated)["run"]
+    assert run_record["id"] == wandb_id and run_record["job_type"] == ""  # the run stays "train"
+    assert summary["eval/val/acc"] == result["metrics"]["val/acc"]
+    assert (summary["eval/val/checkpoint"], summary["eval/val/checkpoint_step"]) == ("best", 2)
+
+
+def test_eval_with_logger_none_sends_nothing(logged, monkeypatch):
+    from src.eval import main as eval_main
+
+    run_dir, wandb_id = logged
+    before = offline_files(run_dir, wandb_id)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    eval_main([str(run_dir), "split=val", "trainer.device=cpu", "logger=none"])
+    assert offline_files(run_dir, wandb_id) == before
+
+
+def test_under_a_wandb_sweep_agent_the_run_takes_the_agents_id_and_is_in_a_sweep(monkeypatch):
+    from src.engine.tracking import in_sweep, new_run_id
+
+    monkeypatch.delenv("WANDB_SWEEP_ID", raising=False)
+    assert new_run_id() != new_run_id() and not in_sweep()
+    monkeypatch.setenv("WANDB_SWEEP_ID", "abc123")
+    monkeypatch.setenv("WANDB_RUN_ID", "agentchosen1")
+    assert new_run_id() == "agentchosen1" and in_sweep()
+
+
+def test_eval_with_logger_wandb_sends_a_record_trained_without_wandb_to_its_id(tmp_path, monkeypatch):
+    from src.eval import main as eval_main
+
+    train(compose([*SHORT[1:], "logger=none"], tmp_path), tmp_path / "run")
+    assert not (tmp_path / "run" / "wandb").exists()
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    eval_main([str(tmp_path / "run"), "split=val", "trainer.device=cpu", "logger=wandb"])
+    wandb_id = json.loads((tmp_path / "run" / "identity.json").read_text())["wandb_id"]
+    (evaluated,) = offline_files(tmp_path / "run", wandb_id)
+    result = json.loads((tmp_path / "run" / "eval-val.json").read_text())
+    assert offline_run(evaluated)[1]["eval/val/acc"] == result["metrics"]["val/acc"]
+
+
+def test_eval_refuses_an_unknown_logger_in_one_line(logged, capsys):
+    from src.eval import main as eval_main
+
+    with pytest.raises(SystemExit) as stop:
+        eval_main([str(logged[0]), "logger=tensorboard"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.startswith("error: logger=tensorboard") and err.count("\n") == 1
