@@ -66,11 +66,41 @@ def precheck(args: list[str]) -> None:
     if base is None:
         return
     check_keys([o for o in parsed if o not in selections], base)
-    if multirun or "--cfg" in args or "-c" in args:
+    printing = "--cfg" in args or "-c" in args
+    if multirun or (printing and "--resolve" not in args):
         return  # each job checks its own values; --cfg prints what was asked
     cfg = compose(loader, overrides)
-    if cfg is not None:
+    if cfg is None:
+        return
+    if printing:
+        refuse_unresolvable(cfg)
+    else:
         check_run(cfg)
+
+
+def refuse_unresolvable(cfg: DictConfig) -> None:
+    """``--cfg job --resolve`` where a value is ``${pretrained_by:…}``: it names a checkpoint in
+    the run folder of another job of the same command, which only a run has (Hydra sets it when
+    the job starts), so no printing can resolve it. Say so in one line (Hydra: a traceback)."""
+    plain = OmegaConf.to_container(cfg, resolve=False)
+    plain.pop("hydra", None)
+    for key in flat_keys(plain):
+        raw = value_as_given(plain, key)
+        task = raw.partition("${pretrained_by:")[2].split(",")[0] if isinstance(raw, str) else ""
+        if task and task != OmegaConf.select(cfg, "task.name", default=None):  # the pretraining: None
+            raise ConfigError(
+                f"--resolve: {key}={raw} is checkpoints/last.pt of the task={task} run of the same command, "
+                "found from the run folder, which exists only once the run starts; print without --resolve, "
+                f"or set {key}=<checkpoint>"
+            )
+
+
+def value_as_given(plain: Any, key: str) -> Any:
+    """The unresolved value at dotted ``key`` of a plain container."""
+    node = plain
+    for part in key.split("."):
+        node = node[part] if isinstance(node, dict) else None
+    return node
 
 
 def refuse_multirun_cfg(args: list[str], multirun: bool) -> None:

@@ -652,6 +652,12 @@ CATALOGUE = [
     ("sweep-cfg-job", ["-m", "experiment=glue_tiny", "--cfg", "job"], "drop -m to see the first job's", 2),
     ("sweep-cfg-hydra", ["-m", "hydra/launcher=slurm", "--cfg", "hydra"], "--cfg prints one job's config", 2),
     ("attn-and-reading", ["attn=precond", "reading=spectral_qk"], "is a reading of attn=spectral", 2),
+    (
+        "cfg-resolve-pretrained-by",
+        ["experiment=glue_tiny", "task=glue_tiny_rte", "--cfg", "job", "--resolve"],
+        "exists only once the run starts",
+        2,
+    ),
 ]
 CATALOGUE = [c if len(c) == 6 else (*c, None, {}) for c in CATALOGUE]  # (id, args, message, status)
 
