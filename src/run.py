@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from src import resolvers  # noqa: F401  registers the configs' resolvers (also in SLURM jobs)
 from src.cli import prepare_argv
 from src.errors import ConfigError, SuiteError, message_of
+from src.precheck import precheck
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
@@ -74,14 +75,16 @@ def user_error(error: BaseException | None) -> SuiteError | None:
 
 
 def cli() -> None:
-    """``--help``, typos in group selections and values with ``=``, before Hydra parses argv
-    (src/cli.py); then :func:`main`."""
+    """``--help``, typos in group selections and values with ``=`` (src/cli.py), and what the config
+    alone refuses (src/precheck.py), before Hydra parses argv and before torch is imported; then
+    :func:`main`."""
     try:
         sys.argv[1:] = prepare_argv(sys.argv[1:])
+        precheck(sys.argv[1:])  # what the config alone refuses, before torch is imported
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
-    import src.engine  # noqa: F401  the trainer schema, which Hydra composes with (imports torch)
+    import src.engine  # noqa: F401  the trainer schema, which Hydra composes with (no torch: train loads it)
 
     main()
 

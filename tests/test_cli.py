@@ -230,3 +230,76 @@ def test_a_detection_backbone_loads_an_imagenet_runs_checkpoint_by_the_readmes_o
     saved = torch.load(checkpoint, weights_only=True)["model"]
     for name, weight in backbone.body.state_dict().items():
         torch.testing.assert_close(weight, saved[name], rtol=0, atol=0)
+
+
+# -- refused before torch is imported (issue 25) -----------------------------------------------
+
+BLOCKER = '''import sys
+class Blocker:
+    """The detection extra, as if not installed."""
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("mmdet", "mmcv", "mmengine"):
+            raise ModuleNotFoundError(f"No module named {name!r}")
+sys.meta_path.insert(0, Blocker())
+'''
+
+
+def refused_torch_free(args: list[str], tmp_path: Path, pythonpath: str = "") -> str:
+    """Run ``python -X importtime -m src.run args``; assert exit 2, one ``error:`` line, no
+    traceback and no torch among the imports; return the line."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (pythonpath, str(CONF.parent)) if p)}
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "src.run", f"paths.output_dir={tmp_path}", *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    lines = [line for line in result.stderr.splitlines() if not line.startswith("import time:")]
+    imported = [
+        line.rpartition("|")[2].strip()
+        for line in result.stderr.splitlines()
+        if line.startswith("import time:")
+    ]
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert len(lines) == 1 and lines[0].startswith("error: "), lines
+    assert not [m for m in imported if m.split(".")[0] in ("torch", "timm")], (
+        "torch imported before the refusal"
+    )
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["+trainer.max_step=5"], "did you mean trainer.max_steps?"),
+        (["trainer.max_step=5"], "did you mean trainer.max_steps?"),
+        (["-m", "experiment=glue_tiny", "--cfg", "job"], "drop -m"),
+        (["attn=precond", "reading=spectral_qk"], "reading=spectral_qk alone, or attn=precond alone"),
+        (["task=digits", "backbone=gpt_micro"], "are incompatible"),
+        (["trainer.clip_grad=-1"], "trainer.clip_grad=-1.0 must be greater than 0"),
+    ],
+)
+def test_config_refusals_import_no_torch(args, message, tmp_path):
+    assert message in refused_torch_free(args, tmp_path)
+
+
+@pytest.mark.parametrize("task", [["task=coco", "attn=precond"], ["task=coco_shapes"]])
+def test_detection_without_the_extra_names_make_detection_before_torch(task, tmp_path):
+    blocker = tmp_path / "blocker"
+    blocker.mkdir()
+    (blocker / "sitecustomize.py").write_text(BLOCKER)
+    line = refused_torch_free(task, tmp_path, pythonpath=str(blocker))
+    assert "`make detection`" in line and "about 30 minutes" in line and "make install DETECTION=1" in line
+
+
+def test_new_keys_the_suite_reads_are_kept(tmp_path):
+    """``+`` stays open where code reads new keys: a composition's per-part options."""
+    from src import precheck
+
+    precheck.precheck(["attn=compose", "attn.parts=[cond_init,spectral]", "+attn.spectral.mode=svd"])
+    precheck.precheck(["++backbone.model.embed_dim=24"])

@@ -423,7 +423,7 @@ CATALOGUE = [
         None,
         {},
     ),
-    ("unknown-trainer-option", ["trainer.max_step=3"], "Key 'max_step' not in 'TrainerSchema'", 1, None, {}),
+    ("unknown-trainer-option", ["trainer.max_step=3"], "did you mean trainer.max_steps?", 2, None, {}),
     (
         "bad-choice",
         ["trainer.precision=fp16"],
@@ -654,7 +654,20 @@ CATALOGUE = [
         None,
         {"env": {"WANDB_MODE": "online", "WANDB_API_KEY": "x" * 40, "WANDB_BASE_URL": "http://127.0.0.1:9"}},
     ),
+    # issue 25: refused from the config alone, before torch is imported (tests/test_cli.py: torch-free)
+    ("new-trainer-key", ["+trainer.max_step=5"], "nothing reads a new key; did you mean trainer.max_step", 2),
+    ("new-top-level-key", ["+sed=1"], "did you mean seed?", 2),
+    ("sweep-cfg-job", ["-m", "experiment=glue_tiny", "--cfg", "job"], "drop -m to see the first job's", 2),
+    ("sweep-cfg-hydra", ["-m", "hydra/launcher=slurm", "--cfg", "hydra"], "--cfg prints one job's config", 2),
+    ("attn-and-reading", ["attn=precond", "reading=spectral_qk"], "is a reading of attn=spectral", 2),
+    (
+        "cfg-resolve-pretrained-by",
+        ["experiment=glue_tiny", "task=glue_tiny_rte", "--cfg", "job", "--resolve"],
+        "exists only once the run starts",
+        2,
+    ),
 ]
+CATALOGUE = [c if len(c) == 6 else (*c, None, {}) for c in CATALOGUE]  # (id, args, message, status)
 
 
 @pytest.mark.parametrize(

@@ -22,13 +22,14 @@ from typing import Any
 
 import torch
 from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from src import attention
-from src.errors import ConfigError, SuiteError, message_of
+from src.errors import SuiteError, message_of
 
 from .announce import announce, complete_line, end_line
 from .batching import plan_for
+from .compatible import check_compatible, compatible_backbones  # noqa: F401  (re-exported)
 from .distributed import Dist
 from .identity import git_revision
 from .numerics import flush_denormals
@@ -39,8 +40,6 @@ from .schema import check_values
 from .seeding import seed_everything
 from .session import RunSession, Session
 from .task import Run, Task
-
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
 
 def train(cfg: DictConfig, run_dir: Path | str, hydra_files: dict[str, str] | None = None) -> dict[str, Any]:
@@ -200,38 +199,3 @@ def failure_summary(cfg: DictConfig, steps: int, error_line: str) -> dict[str, A
         "error": error_line,
         "git": git_revision(),
     }
-
-
-def check_compatible(cfg: DictConfig) -> None:
-    """Fail before any work when the backbone cannot serve the task, naming both sides."""
-    task, backbone = cfg.task, cfg.backbone
-    reason = None
-    if backbone.kind != task.input:
-        reason = f"it takes {backbone.kind} inputs and the task gives {task.input} inputs"
-    elif task.input == "image" and task.img_size < backbone.min_img_size:
-        reason = (
-            f"it needs images of at least {backbone.min_img_size} px and the task's are {task.img_size} px"
-        )
-    if reason:
-        raise ConfigError(
-            f"task={task.name} and backbone={backbone.name} are incompatible: {reason}. "
-            f"Backbones for task={task.name}: {', '.join(compatible_backbones(task))}"
-        )
-    allowed = backbone.get("attn_variants")  # optional: the variants a backbone takes (absent: all)
-    refused = [p for p in attention.part_names(cfg.attn) if allowed is not None and p not in allowed]
-    if refused:
-        note = f": {backbone.attn_note}" if backbone.get("attn_note") else ""
-        raise ConfigError(
-            f"attn={refused[0]} does not apply to backbone={backbone.name}{note}. "
-            f"Variants for backbone={backbone.name}: {', '.join(allowed)}"
-        )
-
-
-def compatible_backbones(task: DictConfig) -> list[str]:
-    """The names of the ``conf/backbone`` files that can serve ``task``."""
-    names = []
-    for path in sorted((CONF_DIR / "backbone").glob("*.yaml")):
-        b = OmegaConf.load(path)
-        if b.kind == task.input and (task.input != "image" or task.img_size >= b.min_img_size):
-            names.append(path.stem)
-    return names
