@@ -34,6 +34,7 @@ PANELS = {
     "entropy/P/median": ("entropy(P): row entropy over log(#keys); 1 uniform, 0 one-hot", "entropy (0 to 1)"),
 }
 COLUMNS = 3
+LABEL_WIDTH = 40  # characters of a legend line; a longer label wraps
 
 
 def figures(runs: list[Run]) -> list[tuple[str, Any]]:
@@ -120,17 +121,23 @@ def panel_slots(keys: list[str]) -> list[int]:
 
 
 def _legend_below(fig, axes: list) -> None:
-    """One legend for the figure, below its panels (outside every axes), room made for it."""
+    """One legend for the figure, below its panels (outside every axes) and inside the figure:
+    labels wrapped at :data:`LABEL_WIDTH` characters, as many columns as the figure's width holds,
+    the figure made taller by the legend's height, and constrained layout placing the panels
+    above it (``loc="outside lower center"``)."""
     handles, labels = axes[0].get_legend_handles_labels()
     if not handles:
         return
-    ncol = min(len(labels), 3)
-    fig.tight_layout()
-    rows = math.ceil(len(labels) / ncol)
-    height = fig.get_figheight()
-    room = (0.3 * rows + 0.2) / height  # inches per legend row, as a fraction of the figure
-    fig.subplots_adjust(bottom=fig.subplotpars.bottom + room)
-    fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=8, bbox_to_anchor=(0.5, 0.0))
+    labels = ["\n".join(textwrap.wrap(label, LABEL_WIDTH)) for label in labels]
+    fig.set_layout_engine("constrained")
+    renderer = fig.canvas.get_renderer()
+    for ncol in range(min(len(labels), 3), 0, -1):
+        legend = fig.legend(handles, labels, loc="outside lower center", ncol=ncol, fontsize=8)
+        box = legend.get_window_extent(renderer)
+        if box.width <= 0.98 * fig.bbox.width or ncol == 1:
+            break
+        legend.remove()
+    fig.set_figheight(fig.get_figheight() + box.height / fig.dpi)
 
 
 def _band(ax, series: list[tuple[list[int], list[float]]], label: str) -> None:
@@ -154,6 +161,6 @@ def _png(fig) -> bytes:
     import matplotlib.pyplot as plt
 
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110)
+    fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight", pad_inches=0.1)
     plt.close(fig)
     return buffer.getvalue()

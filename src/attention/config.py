@@ -6,8 +6,10 @@ Two forms, one per kind of file in ``conf/attn/``:
 * a composition (``conf/attn/compose.yaml``): ``{variant: cond_init+spectral,
   parts: [cond_init, spectral], spectral: {lam: …}}``, see :mod:`.compose`.
 
-Everything that reads ``attn`` (the run, the detection backbones, the summary, the report)
-goes through these functions, so the two forms are told apart in one place.
+Each file's ``_target_`` names the function that builds it (:data:`BUILDERS`): ``build`` for one
+variant, ``compose`` for a composition. Everything that reads ``attn`` (the run, the detection
+backbones, the summary, the report) goes through these functions, so the two forms are told
+apart in one place.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from .compose import Composition, compose, joined
-from .registry import VARIANTS, Variant, build
+from .registry import VARIANTS, AttentionConfigError, Variant, build
 
 
 def as_dict(attn: Mapping[str, Any] | DictConfig | None) -> dict[str, Any]:
@@ -58,9 +60,30 @@ def variant_from_config(attn: Mapping[str, Any] | DictConfig | str | None) -> Va
     None (``standard``)."""
     if attn is None or isinstance(attn, str):
         return build(attn or "standard")
-    if is_composition(attn):
-        return compose(part_names(attn), **attn_options(attn))
+    if _builder(attn) is compose:
+        return compose(list(attn.get("parts") or []), **attn_options(attn))
     return build(attn_name(attn), **attn_options(attn))
+
+
+BUILDERS = {"src.attention.build": build, "src.attention.compose": compose}
+
+
+def _builder(attn: Mapping[str, Any] | DictConfig):
+    """The function the config's ``_target_`` names (``src.attention.build`` for one variant,
+    ``src.attention.compose`` for a composition): the path that builds it, called here with the
+    variant's name and options rather than through ``hydra.utils.instantiate``, which would wrap
+    an unknown option's one-line error in its own. A config without ``_target_`` (a record
+    written by hand, a dict in a test) takes its form's builder (``compose`` when it names
+    ``parts``); a ``_target_`` that is not one of :data:`BUILDERS` is refused, as it would build
+    something other than an attention variant."""
+    target = attn.get("_target_")
+    if target is None:
+        return compose if is_composition(attn) else build
+    if target not in BUILDERS:
+        raise AttentionConfigError(
+            f"attn._target_={target!r} builds no attention variant; use one of {', '.join(BUILDERS)}"
+        )
+    return BUILDERS[target]
 
 
 def complete(attn: DictConfig) -> Variant | Composition:

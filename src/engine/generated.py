@@ -32,11 +32,15 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import logging
 import os
+import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 
 @contextlib.contextmanager
@@ -57,6 +61,7 @@ def ensure_generated(
     damage: Callable[[dict[str, Any]], str | None] = lambda saved: None,
     lock: Path | None = None,
     present: Callable[[], bool] = lambda: False,
+    what: str | None = None,
 ) -> dict[str, Any]:
     """Make sure the data that ``marker`` describes was generated with ``spec``; returns the marker's
     content (``spec`` and what ``generate`` reported).
@@ -72,6 +77,9 @@ def ensure_generated(
         present: whether the data is there. Data that is there without a marker was not made
             by this function (the user's own files, e.g. LRA's released ListOps): it is used as
             it is, never overwritten (returns ``{}``).
+        what: what is generated, for the one line the generating process logs
+            (``generated ListOps (96,000 train / 2,000 val / 2,000 test) in data/lra/listops in
+            3.1 s``); default: the marker's folder name. Nothing is logged when the data is there.
     """
     wanted = json.loads(json.dumps(dict(spec)))  # tuples as lists, as the marker holds them
     found = _usable(marker, wanted, damage, warn=False)
@@ -85,11 +93,22 @@ def ensure_generated(
         if read_marker(marker) is None and present():
             return {}
         marker.unlink(missing_ok=True)
-        saved = {**wanted, **(generate() or {})}
+        start = time.perf_counter()
+        facts = generate() or {}
+        seconds = time.perf_counter() - start
+        log.info(generated_line(what or marker.parent.name, marker.parent, seconds, facts))
+        saved = {**wanted, **facts}
         tmp = marker.with_name(f"{marker.name}.{os.getpid()}.tmp")
         tmp.write_text(json.dumps(saved, indent=1))
         tmp.replace(marker)
         return saved
+
+
+def generated_line(what: str, folder: Path, seconds: float, facts: Mapping[str, Any] | None = None) -> str:
+    """``generated <what> in <folder> in 3.1 s`` (with what the generator reported, e.g.
+    ``(tokens=1,204,311)``): the one line said when data is made on first use."""
+    said = ", ".join(f"{k}={v:,}" if isinstance(v, int) else f"{k}={v}" for k, v in (facts or {}).items())
+    return f"generated {what} in {folder} in {seconds:.1f} s" + (f" ({said})" if said else "")
 
 
 def read_marker(marker: Path) -> dict[str, Any] | None:

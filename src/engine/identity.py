@@ -191,22 +191,45 @@ def source_digest() -> str:
     return digest.hexdigest()[:16]
 
 
-@functools.lru_cache(maxsize=1)
-def git_revision() -> str | None:
-    """The suite's git commit (with ``-dirty`` for uncommitted changes), if known: read once, as
-    the code this process runs is the code it imported."""
+CODE_FOLDERS = ("src", "tasks", "launch", "conf")
+"""Where an untracked file is code that runs (a new module, a new config): elsewhere (``.venv``
+as a link, notes, data) an untracked file does not make the code ``-dirty``."""
+
+
+def revision_of(root: Path) -> str | None:
+    """The commit checked out at ``root``, with ``-dirty`` when the code differs from it: a
+    tracked file changed (staged or not, anywhere), or an untracked file under
+    :data:`CODE_FOLDERS`. Ignored files never count. ``None`` outside a git checkout."""
     try:
         rev = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=5
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5
         )
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True, timeout=5
+        status = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=all"],
+            cwd=root, capture_output=True, text=True, timeout=5,
         )
     except (OSError, subprocess.SubprocessError):
         return None
     if rev.returncode != 0:
         return None
-    return rev.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+    return rev.stdout.strip() + ("-dirty" if _changes_code(status.stdout) else "")
+
+
+def _changes_code(porcelain: str) -> bool:
+    for line in porcelain.splitlines():
+        if not line.startswith("??"):
+            return True
+        path = line[3:].strip().strip('"')
+        if path.split("/", 1)[0] in CODE_FOLDERS:
+            return True
+    return False
+
+
+@functools.lru_cache(maxsize=1)
+def git_revision() -> str | None:
+    """The suite's git commit (with ``-dirty`` for changed code, see :func:`revision_of`), if
+    known: read once, as the code this process runs is the code it imported."""
+    return revision_of(ROOT)
 
 
 def code_version() -> dict[str, str | None]:

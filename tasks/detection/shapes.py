@@ -185,7 +185,10 @@ def ensure_coco_shapes(root: Path, spec: ShapesSpec) -> None:
         missing = [str(p.relative_to(root)) for p in annotations if not p.is_file()]
         return f"missing {', '.join(missing)}" if missing else None
 
-    ensure_generated(root / MARKER, dataclasses.asdict(spec), lambda: write_coco_shapes(root, spec), damage)
+    what = f"COCO shapes ({spec.num_train:,} train / {spec.num_val:,} val images, {spec.img_size} px)"
+    ensure_generated(
+        root / MARKER, dataclasses.asdict(spec), lambda: write_coco_shapes(root, spec), damage, what=what
+    )
 
 
 def generated_with(root: Path) -> ShapesSpec | None:

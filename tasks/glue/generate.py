@@ -270,6 +270,7 @@ def ensure_glue_tiny(root: Path, spec: GlueTinySpec) -> Path:
         lambda: write_glue_tiny(root, spec),
         damage,
         present=lambda: all((root / name).is_file() for name in FILES),
+        what=f"glue_tiny (SST-2 and RTE, {spec.sst2_train:,} / {spec.rte_train:,} train, {spec.dev:,} dev)",
     )
     return root
 

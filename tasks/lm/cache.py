@@ -85,7 +85,8 @@ def cached_tokens(
         partial.replace(bin_path)
         return {"tokens": tokens}
 
-    saved = ensure_generated(base.with_suffix(".json"), meta, tokenise, damage)
+    what = f"the {tokenizer.name} token cache {bin_path.name}"
+    saved = ensure_generated(base.with_suffix(".json"), meta, tokenise, damage, what=what)
     return _open(bin_path, dtype, saved["tokens"])
 
 

@@ -17,8 +17,10 @@ disk, GPT-2's BPE, tokenised once into memory-mapped arrays, see :mod:`tasks.lm.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +30,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 from torch import Tensor, nn
 
-from src.engine.generated import file_lock
+from src.engine.generated import file_lock, generated_line
 from src.engine.task import Task
 from src.errors import ConfigError, DataError
 
@@ -45,6 +47,8 @@ from .tokenizer import (
 )
 
 TOKENIZERS = ("gpt2", "bpe", "bytes")
+
+log = logging.getLogger(__name__)
 
 
 class LanguageModelling(Task):
@@ -115,7 +119,11 @@ class LanguageModelling(Task):
         with file_lock(path.with_suffix(".lock")):  # concurrent runs train it once
             if path.is_file():
                 return load_trained_bpe(path)
-            return train_bpe((t for batch in train_texts() for t in batch), self.bpe_vocab_size, path)
+            start = time.perf_counter()
+            trained = train_bpe((t for batch in train_texts() for t in batch), self.bpe_vocab_size, path)
+            what = f"a BPE tokenizer of {self.bpe_vocab_size:,} tokens"
+            log.info(generated_line(what, path.parent, time.perf_counter() - start))
+            return trained
 
     def cache_root(self, data_dir: Path) -> Path:
         return data_dir / self.cache_dir  # an absolute cache_dir stays as it is

@@ -73,6 +73,7 @@ def ensure_listops(folder: Path, spec: listops.ListOpsSpec) -> None:
         lambda: listops.write_release(folder, listops.generate(spec)),
         damage,
         present=lambda: all(f.is_file() for f in files),  # files without generator.json: the user's
+        what=f"ListOps ({spec.num_train:,} train / {spec.num_val:,} val / {spec.num_test:,} test)",
     )
 
 

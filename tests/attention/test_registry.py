@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import CONF, tiny_model
+from omegaconf import OmegaConf
 from torch import nn
 
 from src import attention
@@ -146,3 +147,34 @@ def test_a_model_of_the_suite_takes_every_variant_through_the_interface(variant)
     after = model(x)
     after.sum().backward()
     assert (variant == "standard") == torch.allclose(before, after)
+
+
+# -- the config's _target_ is the path that builds it (house item 3) ---------------------------
+
+
+def test_each_conf_attn_file_names_the_builder_that_builds_it():
+    """`_target_` in conf/attn is no longer stripped and unused: it names one of the builders,
+    and `compose.yaml` names compose."""
+    from src.attention.config import BUILDERS
+
+    conf = CONF / "attn"
+    targets = {p.stem: OmegaConf.load(p)["_target_"] for p in conf.glob("*.yaml")}
+    assert set(targets.values()) <= set(BUILDERS)
+    assert targets["compose"] == "src.attention.compose"
+    assert {t for name, t in targets.items() if name != "compose"} == {"src.attention.build"}
+
+
+def test_the_target_decides_what_is_built_and_a_record_without_one_still_builds():
+    from src.attention import Composition, variant_from_config
+
+    one = {"_target_": "src.attention.build", "variant": "precond", "gain": True}
+    assert variant_from_config(one).gain is True
+    assert variant_from_config({k: v for k, v in one.items() if k != "_target_"}).gain is True
+    parts = ["cond_init", "precond"]
+    both = {"_target_": "src.attention.compose", "variant": "cond_init+precond", "parts": parts}
+    assert isinstance(variant_from_config(both), Composition)
+    assert isinstance(variant_from_config({"parts": ["cond_init", "precond"]}), Composition)
+    with pytest.raises(AttentionConfigError, match=r"attn._target_='os.system' builds no attention variant"):
+        variant_from_config({"_target_": "os.system", "variant": "precond"})
+    with pytest.raises(AttentionConfigError, match=r"^unknown option\(s\) alpha for attention variant"):
+        variant_from_config({**one, "alpha": 1})  # the variant's own one line, not wrapped

@@ -131,3 +131,27 @@ def test_data_that_is_there_without_a_marker_is_the_users_and_is_never_overwritt
     assert ensure(tmp_path, make, 1, present=present) == {} and make.calls == 0
     assert (tmp_path / "data.txt").read_text() == "the user's own release"
     assert not (tmp_path / "generator.json").exists()
+
+
+def test_first_use_says_in_one_line_what_was_generated_where_and_how_long_and_a_second_says_nothing(
+    tmp_path, caplog
+):
+    """Finding 8: generating ListOps logs one line naming the set, its sizes, the folder and the
+    time; using it again logs none."""
+    import logging
+    import re
+
+    from tasks.lra.listops import ListOpsSpec
+    from tasks.lra.tasks import ensure_listops
+
+    spec = ListOpsSpec(num_train=40, num_val=8, num_test=8)
+    folder = tmp_path / "lra" / "listops"
+    with caplog.at_level(logging.INFO):
+        ensure_listops(folder, spec)
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("generated")]
+    assert len(lines) == 1, lines
+    assert re.fullmatch(rf"generated ListOps \(40 train / 8 val / 8 test\) in {folder} in \d+\.\d s", lines[0])
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        ensure_listops(folder, spec)
+    assert not [r for r in caplog.records if r.getMessage().startswith("generated")]

@@ -98,3 +98,43 @@ def test_a_record_naming_a_class_by_its_old_path_keeps_its_identity():
         after = Identity.of({"sched": {"_target_": new, "warmup_steps": 10}, "seed": 0})
         assert before.hash == after.hash and not before.differences(after)
         assert Identity({"sched": {"_target_": new, "warmup_steps": 11}}).hash != after.hash
+
+
+def _git(root, *args):
+    import subprocess
+
+    subprocess.run(["git", *args], cwd=root, check=True, capture_output=True,
+                   env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+                        "GIT_COMMITTER_EMAIL": "t@t", "HOME": str(root), "PATH": "/usr/bin:/bin"})
+
+
+def test_code_version_ignores_a_venv_link_and_stray_files_but_not_code(tmp_path):
+    """Finding 10: a `.venv` symlink (which `.venv/` in .gitignore did not match) and an untracked
+    note outside the code folders leave the revision clean; an edited tracked file, or a new
+    module under src/, make it `-dirty`."""
+    from src.engine.identity import revision_of
+
+    repo = tmp_path / "repo"
+    (repo / "src").mkdir(parents=True)
+    (repo / "src" / "a.py").write_text("x = 1\n")
+    (repo / ".gitignore").write_text(".venv/\n")
+    _git(repo, "init", "-q")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-qm", "init")
+    (tmp_path / "venv").mkdir()
+    (repo / ".venv").symlink_to(tmp_path / "venv")
+    (repo / "notes.txt").write_text("mine\n")
+    clean = revision_of(repo)
+    assert clean is not None and not clean.endswith("-dirty")
+    (repo / "src" / "new.py").write_text("y = 2\n")
+    assert revision_of(repo) == clean + "-dirty"
+    (repo / "src" / "new.py").unlink()
+    (repo / "src" / "a.py").write_text("x = 2\n")
+    assert revision_of(repo) == clean + "-dirty"
+
+
+def test_gitignore_matches_a_venv_link():
+    """`.venv` (no slash) matches the folder and a link to one."""
+    from src.engine.identity import ROOT
+
+    assert ".venv" in (ROOT / ".gitignore").read_text().splitlines()

@@ -301,3 +301,32 @@ def test_entropy_stays_in_the_row_of_kappa_p_whatever_panels_come_before():
         slots = panel_slots(keys)
         assert slots[-2] // COLUMNS == slots[-1] // COLUMNS and slots[-1] == slots[-2] + 1
         assert slots[:before] == list(range(before))  # the others keep their places
+
+
+def test_the_legend_of_every_reading_lies_whole_inside_the_saved_plot(tmp_path):
+    """Finding 6: with a line per reading (all six variants and their readings, the longest real
+    labels), the legend ends inside the figure and the saved PNG on both edges and at the bottom."""
+    import io
+
+    from matplotlib.image import imread
+
+    from launch.plots import _png, figures
+
+    readings = sorted((Path(__file__).parents[2] / "conf" / "reading").glob("*.yaml"))
+    assert len(readings) >= 12
+    for i, path in enumerate(readings):
+        attn = OmegaConf.to_container(OmegaConf.load(path)).get("attn") or {}
+        name = "+".join(attn["parts"]) if "parts" in attn else path.stem.split("_")[0]
+        settings = {f"attn.{k}": v for k, v in attn.items()}
+        curve = [0.5 + 0.01 * i * s / 1000 for s in STEPS]
+        write_run(tmp_path, name, 0, curve, settings=settings, folder=tmp_path / path.stem / "seed=0")
+    made = dict(figures(read_runs([tmp_path])))
+    fig = made["curves_imagenet_vit_base.png"]
+    fig.canvas.draw()
+    (legend,) = fig.legends
+    box = legend.get_window_extent(fig.canvas.get_renderer())
+    assert len(legend.get_texts()) == len(readings)
+    assert 0 <= box.x0 and box.x1 <= fig.bbox.width and 0 <= box.y0, (box, fig.bbox)
+    assert not box.overlaps(fig.axes[0].get_window_extent())
+    height, width = imread(io.BytesIO(_png(fig)), format="png").shape[:2]
+    assert box.width < width and box.height < height
