@@ -26,7 +26,7 @@ from src import attention
 
 def runner_overhead(args: argparse.Namespace, rounds: int = 3) -> dict[str, float]:
     """The suite's loop against a bare loop: same task, model, optimizer, schedule and batches."""
-    from src.engine.record import read_metrics
+    from src.engine.record.files import read_metrics
 
     suite, bare = [], []
     for _ in range(rounds):
@@ -78,8 +78,8 @@ def bare_seconds_per_step(args: argparse.Namespace) -> float:
     from hydra.utils import instantiate
     from torch.utils.data import DataLoader
 
-    from src.engine.optim import build_optimizer, build_scheduler
-    from src.engine.seeding import seed_everything
+    from src.engine.loop.optim import build_optimizer, build_scheduler
+    from src.engine.loop.seeding import seed_everything
 
     with tempfile.TemporaryDirectory() as tmp:
         cfg = overhead_config(args, Path(tmp))

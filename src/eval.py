@@ -3,13 +3,13 @@
 
 A run folder is data, perhaps sent by someone else, so nothing is built from it unchecked: its
 resolved config (the record's ``config.yaml``) may name only the classes the suite's own configs
-build (:mod:`src.engine.safe_config`), it must be the configuration its ``identity.json``
+build (:mod:`src.engine.record.safe_config`), it must be the configuration its ``identity.json``
 describes (a hand-edited file is refused), and its data folder is the absolute one the run read,
 wherever the command runs from. Then the task and model are built exactly as training built them,
 the checkpoint's weights loaded (``best.pt`` by default; ``last.pt``, with a note, where there is
 none or it is unreadable, which is set aside as resume does), provided the checkpoint was written
 by this record (its identity: a ``best.pt`` copied from another run is refused), and the split
-evaluated by the code the loop validates with (:mod:`src.engine.evaluation`). The result goes to
+evaluated by the code the loop validates with (:mod:`src.engine.loop.evaluation`). The result goes to
 ``<run_dir>/eval-<split>.json`` and one printed line; the record itself is never rewritten.
 
 ``key=value`` items override the run's config for this evaluation only (``trainer.device=cpu``,
@@ -39,11 +39,11 @@ from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from src import attention
-from src.engine import evaluation
 from src.engine.experiment import processes
-from src.engine.identity import Identity
-from src.engine.record import RunRecord
-from src.engine.safe_config import check_buildable
+from src.engine.loop import evaluation
+from src.engine.record.files import RunRecord
+from src.engine.record.identity import Identity
+from src.engine.record.safe_config import check_buildable
 from src.engine.schema import check_values
 from src.engine.task import Task
 from src.errors import ConfigError, message_of

@@ -2,7 +2,7 @@
 open the run folder's record (:mod:`.session`), build the task, let it train
 (:meth:`src.engine.task.Task.fit`: the shared loop of :mod:`.shared_loop`, or detection's
 mmengine Runner), and write the summary. Every task's rows, summary, failures and W&B run go
-through one :class:`src.engine.recorder.Recorder`. A failure is appended to ``failures.jsonl``;
+through one :class:`src.engine.record.recorder.Recorder`. A failure is appended to ``failures.jsonl``;
 ``summary.json`` says ``failed`` only when this session trained or the record had no summary
 (a completed record is never rewritten by a session that did not train), and never for a
 preemption (:class:`.preemption.Preempted`: the run is incomplete, and resumes).
@@ -27,16 +27,16 @@ from omegaconf import DictConfig, OmegaConf
 from src import attention
 from src.errors import ConfigError, SuiteError, message_of
 
-from .announce import announce, complete_line, end_line
 from .distributed import Dist
-from .identity import git_revision
-from .numerics import flush_denormals
-from .preemption import Preempted
-from .record import RunRecord
-from .recorder import Recorder
+from .loop.numerics import flush_denormals
+from .loop.preemption import Preempted
+from .loop.seeding import seed_everything
+from .record.announce import announce, complete_line, end_line
+from .record.files import RunRecord
+from .record.identity import git_revision
+from .record.recorder import Recorder
+from .record.session import RunSession, Session
 from .schema import check_values
-from .seeding import seed_everything
-from .session import RunSession, Session
 from .task import Run, Task
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"

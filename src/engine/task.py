@@ -6,7 +6,7 @@ which :class:`Task` defines, so that the loop calls them directly and a task ove
 it needs (the way Lightning's hooks work). The hooks get the bare model (not its DDP or compiled
 wrapper) and must not draw from the global RNGs.
 
-Evaluation (:mod:`src.engine.evaluation`, ``python -m src.eval``, ``trainer.test_after``) reads a
+Evaluation (:mod:`src.engine.loop.evaluation`, ``python -m src.eval``, ``trainer.test_after``) reads a
 split through :meth:`Task.eval_dataset`: ``val`` by default, ``test`` where the task's data has one
 (:attr:`Task.eval_splits` lists them).
 
@@ -17,9 +17,9 @@ returns class logits). What it may change, each a no-op by default: :meth:`Task.
 :meth:`Task.after_backward`, :meth:`Task.after_validation`, :meth:`Task.state_dict` /
 :meth:`Task.load_state_dict`.
 
-:meth:`Task.fit` trains: by default in the shared loop (:func:`src.engine.shared_loop.fit_shared`);
+:meth:`Task.fit` trains: by default in the shared loop (:func:`src.engine.loop.shared_loop.fit_shared`);
 detection overrides it to train in mmengine's Runner. Either way the record is opened, its rows
-written (:class:`src.engine.recorder.Recorder`) and its summary and failures written by the same
+written (:class:`src.engine.record.recorder.Recorder`) and its summary and failures written by the same
 code (:func:`src.engine.experiment.train`).
 """
 
@@ -37,12 +37,12 @@ from torch.utils.data import Dataset, default_collate
 
 from src.errors import ConfigError
 
-from .shared_loop import fit_shared
+from .loop.shared_loop import fit_shared
 
 if TYPE_CHECKING:
     from .distributed import Dist
-    from .recorder import Recorder
-    from .session import Session
+    from .record.recorder import Recorder
+    from .record.session import Session
 
 
 @dataclass

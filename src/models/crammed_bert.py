@@ -44,7 +44,7 @@ from torch import Tensor, nn
 
 from src.attention import TokenEntry
 from src.attention.sites import Where
-from src.engine import checkpoint
+from src.engine.record import checkpoint
 from src.errors import ConfigError
 
 from .lra import sinusoidal_positions

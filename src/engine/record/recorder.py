@@ -1,8 +1,8 @@
 """Where a session's numbers go: one object that every loop writes its rows through.
 
-The shared :class:`src.engine.trainer.Trainer` and detection's mmengine hook
+The shared :class:`src.engine.loop.trainer.Trainer` and detection's mmengine hook
 (:mod:`tasks.detection.record`) both log through a :class:`Recorder`, which writes each row into
-the record (:class:`src.engine.record.RunRecord`, main process only) and sends the same numbers
+the record (:class:`src.engine.record.files.RunRecord`, main process only) and sends the same numbers
 to W&B (:mod:`.tracking`, when ``logger=wandb``). At the end of the session the pipeline
 (:func:`src.engine.experiment.train`) writes the summary through it and closes W&B, whatever
 happened; for a failure it asks it how far the session got.
@@ -17,7 +17,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from .announce import announce, start_line
-from .record import RunRecord
+from .files import RunRecord
 from .session import Session
 from .tracking import WandbLogger, main_metric, run_config, run_name, run_tags
 

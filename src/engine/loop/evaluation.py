@@ -1,8 +1,8 @@
 """Evaluation: a task's metrics over a data set, and a run's checkpoint evaluated on a split.
 
 One code path computes every number a run reports of a model: the loop's validation
-(:meth:`src.engine.trainer.Trainer.evaluate`), the test at the end of training
-(``trainer.test_after``, :func:`src.engine.shared_loop.fit_shared`) and ``python -m src.eval``
+(:meth:`src.engine.loop.trainer.Trainer.evaluate`), the test at the end of training
+(``trainer.test_after``, :func:`src.engine.loop.shared_loop.fit_shared`) and ``python -m src.eval``
 (:mod:`src.eval`). A checkpoint's evaluation is written beside the record as
 ``eval-<split>.json`` (:func:`write_result`); the record's own files are never rewritten.
 
@@ -34,14 +34,14 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from . import checkpoint
+from ..distributed import Dist
+from ..record import checkpoint
+from ..record.files import plain_json, write_atomic
+from ..record.identity import git_revision
 from .data import eval_loader, to_device
-from .distributed import Dist
-from .identity import git_revision
-from .record import plain_json, write_atomic
 
 if TYPE_CHECKING:
-    from .task import Task
+    from ..task import Task
 
 log = logging.getLogger(__name__)
 

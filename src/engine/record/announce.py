@@ -16,7 +16,7 @@ from omegaconf import DictConfig
 
 from src import attention
 
-from .progress import clock
+from ..loop.progress import clock
 
 log = logging.getLogger("src.run")
 

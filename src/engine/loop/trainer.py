@@ -28,16 +28,17 @@ from src.conditioning import ConditioningMonitor
 from src.conditioning.collapse import collapse_warning
 from src.errors import SuiteError
 
-from . import checkpoint, evaluation
+from ..distributed import Dist
+from ..record import checkpoint
+from ..record.recorder import Recorder, kept_best
+from ..record.session import Session
+from . import evaluation
 from .data import BatchStream, Position, eval_loader, to_device
-from .distributed import Dist
 from .preemption import Preempted, PreemptionGuard
 from .progress import make_progress
-from .recorder import Recorder, kept_best
-from .session import Session
 
 if TYPE_CHECKING:
-    from .task import Task
+    from ..task import Task
 
 log = logging.getLogger(__name__)
 
@@ -246,7 +247,7 @@ class Trainer:
 
     def evaluate(self, model: nn.Module, prefix: str = "val") -> dict[str, float]:
         """The task's metrics over the validation set (or ``eval_batches`` of it), all processes;
-        computed by :func:`src.engine.evaluation.evaluate`, as ``python -m src.eval`` does."""
+        computed by :func:`src.engine.loop.evaluation.evaluate`, as ``python -m src.eval`` does."""
         metrics, _ = evaluation.evaluate(
             self.task, model, self.val_set, self.dist, self.autocast, self.cfg.eval_batches, prefix
         )

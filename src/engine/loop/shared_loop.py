@@ -1,7 +1,7 @@
 """The shared loop's assembly: what :meth:`Task.fit <src.engine.task.Task.fit>` does by default.
 
 The task builds its data and model; the variant is applied; optimizer, schedule and EMA come
-from their config groups; :class:`~src.engine.trainer.Trainer` trains. Classification, LRA, LM
+from their config groups; :class:`~src.engine.loop.trainer.Trainer` trains. Classification, LRA, LM
 and the sandbox train here; detection overrides ``fit`` with mmengine's Runner.
 
 With ``trainer.test_after`` (best or last), the checkpoint it names is evaluated on the task's
@@ -27,7 +27,7 @@ from .optim import build_optimizer, build_scheduler
 from .trainer import Trainer
 
 if TYPE_CHECKING:
-    from .task import Run, Task
+    from ..task import Run, Task
 
 log = logging.getLogger(__name__)
 
