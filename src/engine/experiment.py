@@ -1,11 +1,14 @@
 """One run from a composed config, as a short pipeline: check the config, take the processes,
-open the run folder's record (:mod:`.session`), build the task, let it train
-(:meth:`src.engine.task.Task.fit`: the shared loop of :mod:`.shared_loop`, or detection's
-mmengine Runner), and write the summary. Every task's rows, summary, failures and W&B run go
-through one :class:`src.engine.record.recorder.Recorder`. A failure is appended to ``failures.jsonl``;
-``summary.json`` says ``failed`` only when this session trained or the record had no summary
-(a completed record is never rewritten by a session that did not train), and never for a
-preemption (:class:`.preemption.Preempted`: the run is incomplete, and resumes).
+open the run folder's record (:mod:`.record.session`), build the task, let it train (in the
+shared loop, :func:`.loop.shared_loop.fit_shared`, unless the task trains in a loop of its own,
+:meth:`.task.Task.fit`: detection's mmengine Runner), and write the summary. Every task's rows,
+summary, failures and W&B run go through one :class:`.record.recorder.Recorder`. A failure is
+appended to ``failures.jsonl``; ``summary.json`` says ``failed`` only when this session trained or
+the record had no summary (a completed record is never rewritten by a session that did not
+train), and never for a preemption (:class:`.loop.preemption.Preempted`: the run is incomplete,
+and resumes).
+
+This module composes the engine's two packages, :mod:`.loop` and :mod:`.record`; neither imports it.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from .distributed import Dist
 from .loop.numerics import flush_denormals
 from .loop.preemption import Preempted
 from .loop.seeding import seed_everything
+from .loop.shared_loop import fit_shared
 from .record.announce import announce, complete_line, end_line
 from .record.files import RunRecord
 from .record.identity import git_revision
@@ -92,7 +96,10 @@ def train_session(cfg: DictConfig, session: Session, dist: Dist) -> dict[str, An
         with recorder:  # closes the W&B run whatever happens
             task = instantiate(cfg.task)
             seed_everything(cfg.seed)
-            reached = task.fit(Run(cfg, session, dist, recorder))
+            run = Run(cfg, session, dist, recorder)
+            reached = task.fit(run)
+            if reached is None:  # the task trains in the shared loop
+                reached = fit_shared(task, run)
             summary = recorder.finish(completed_summary(cfg, task, session, dist, reached))
         if session.record.enabled:
             announce(end_line(summary, session.record.dir))

@@ -17,10 +17,11 @@ returns class logits). What it may change, each a no-op by default: :meth:`Task.
 :meth:`Task.after_backward`, :meth:`Task.after_validation`, :meth:`Task.state_dict` /
 :meth:`Task.load_state_dict`.
 
-:meth:`Task.fit` trains: by default in the shared loop (:func:`src.engine.loop.shared_loop.fit_shared`);
-detection overrides it to train in mmengine's Runner. Either way the record is opened, its rows
-written (:class:`src.engine.record.recorder.Recorder`) and its summary and failures written by the same
-code (:func:`src.engine.experiment.train`).
+:meth:`Task.fit` is for a task that trains in a loop of its own (detection, in mmengine's Runner);
+by default it returns None and the pipeline (:func:`src.engine.experiment.train`) trains the task
+in the shared loop (:func:`src.engine.loop.shared_loop.fit_shared`), so that this contract imports
+no loop. Either way the record is opened, its rows written
+(:class:`src.engine.record.recorder.Recorder`) and its summary and failures written by the same code.
 """
 
 from __future__ import annotations
@@ -36,8 +37,6 @@ from torch import Tensor, nn
 from torch.utils.data import Dataset, default_collate
 
 from src.errors import ConfigError
-
-from .loop.shared_loop import fit_shared
 
 if TYPE_CHECKING:
     from .distributed import Dist
@@ -155,10 +154,12 @@ class Task:
 
     # -- training ----------------------------------------------------------------------------
 
-    def fit(self, run: Run) -> dict[str, Any]:
-        """Train; what the run reached (``steps``, ``final``, ``best``, ``wall_s``, …), which
-        ``summary.json`` gets beside the keys every run has. Default: the shared loop."""
-        return fit_shared(self, run)
+    def fit(self, run: Run) -> dict[str, Any] | None:
+        """Train in a loop of the task's own; what the run reached (``steps``, ``final``, ``best``,
+        ``wall_s``, …), which ``summary.json`` gets beside the keys every run has. Default: None,
+        for a task that trains in the shared loop, which the pipeline then runs
+        (:func:`src.engine.loop.shared_loop.fit_shared`)."""
+        return None
 
 
 def classification_sums(logits: Tensor, labels: Tensor) -> dict[str, tuple[Tensor, int]]:

@@ -203,8 +203,6 @@ def _check_owner(state: dict[str, Any], path: Path, identity: str | Collection[s
 def load_weights(model: nn.Module, opened: Opened) -> nn.Module | None:
     """Load an opened checkpoint's weights into ``model``; a copy of ``model`` with its EMA
     weights when it has them (else None)."""
-    from .trainer import mismatch_summary  # the trainer imports this module
-
     saved = opened.state
     try:
         model.load_state_dict(saved["model"])
@@ -215,7 +213,7 @@ def load_weights(model: nn.Module, opened: Opened) -> nn.Module | None:
     except RuntimeError as error:  # another architecture than the checkpoint's
         raise checkpoint.CheckpointError(
             f"checkpoint {opened.path} does not fit the model built from the run's config.yaml "
-            f"({mismatch_summary(error)}): the code or an override changed the architecture"
+            f"({checkpoint.mismatch_summary(error)}): the code or an override changed the architecture"
         ) from error
     return ema
 

@@ -11,7 +11,6 @@ happened; for a failure it asks it how far the session got.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -31,7 +30,7 @@ class Recorder:
     def __init__(self, session: Session, cfg: DictConfig | None = None) -> None:
         self.session, self.record, self.cfg = session, session.record, cfg
         self.wandb: WandbLogger | None = None
-        self.loop_step: Callable[[], int] | None = None  # the loop's step, set by a loop that counts them
+        self.loop_step: int | None = None  # the step the loop has reached (trained_to)
 
     def __enter__(self) -> Recorder:
         return self
@@ -64,6 +63,11 @@ class Recorder:
         if self.cfg is not None and self.record.enabled:
             announce(start_line(self.cfg, self.record.dir, self.session.kind, step, total))
 
+    def trained_to(self, step: int) -> None:
+        """The loop has reached ``step`` (resumed at it or finished it): how far this session got,
+        should it fail. A loop that does not say (detection's) is measured by its last row."""
+        self.loop_step = step
+
     def log(self, step: int, split: str, metrics: dict[str, float]) -> None:
         """One row at ``step``: into ``metrics.jsonl`` (main process) and to W&B."""
         self.record.log(step, split, metrics)
@@ -85,7 +89,7 @@ class Recorder:
         """How far this session got, for a failure's record: the loop's step when this session
         trained (wrote rows or a checkpoint), else the record's last logged step."""
         if self.loop_step is not None and self.record.touched:
-            return self.loop_step()
+            return self.loop_step
         return recorded_steps(self.record)
 
 
