@@ -38,9 +38,9 @@ import torch
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from src import attention
 from src.engine.experiment import processes
 from src.engine.loop import evaluation
+from src.engine.loop.model import build_model
 from src.engine.record.files import RunRecord
 from src.engine.record.identity import Identity
 from src.engine.record.safe_config import check_buildable
@@ -204,8 +204,7 @@ def evaluate_run(run_dir: Path, split: str, which: str, overrides: list[str]) ->
     with processes(cfg) as dist:
         data_dir = Path(cfg.paths.data_dir)
         dataset = task.eval_dataset(data_dir, split)  # before the model: LM's vocabulary
-        model = task.build_model(cfg.backbone)
-        attention.apply(model, attention.variant_from_config(cfg.attn))
+        model = build_model(cfg, task)  # as training built it, before the checkpoint's weights
         autocast = torch.autocast(
             dist.device.type, dtype=torch.bfloat16, enabled=cfg.trainer.precision == "bf16"
         )

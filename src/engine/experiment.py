@@ -28,6 +28,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from src import attention
+from src.attention import Composition, Variant
 from src.errors import ConfigError, SuiteError, message_of
 
 from .distributed import Dist
@@ -51,13 +52,13 @@ def train(cfg: DictConfig, run_dir: Path | str, hydra_files: dict[str, str] | No
     Hydra's copy of the command (``.hydra/``), which the session writes once it trains there."""
     check_values(cfg)
     check_compatible(cfg)
-    attention.config.complete(cfg.attn)  # a composition: its parts checked, all their options recorded
+    variant = attention.config.complete(cfg.attn)  # checked; a composition records all its options
     with processes(cfg) as dist:
         record = RunRecord(Path(run_dir), enabled=dist.main)
         with RunSession(record, cfg, dist, hydra_files) as session:
             if session.kind == "complete":
                 return already_complete(cfg, session)
-            return train_session(cfg, session, dist)
+            return train_session(cfg, session, dist, variant)
 
 
 @contextlib.contextmanager
@@ -89,14 +90,17 @@ def already_complete(cfg: DictConfig, session: Session) -> dict[str, Any]:
     return summary
 
 
-def train_session(cfg: DictConfig, session: Session, dist: Dist) -> dict[str, Any]:
-    """Build the task and let it train; the summary, or the failure recorded (module docstring)."""
+def train_session(
+    cfg: DictConfig, session: Session, dist: Dist, variant: Variant | Composition | None = None
+) -> dict[str, Any]:
+    """Build the task and let it train (``variant``: ``cfg.attn``'s, as :func:`train` checked it);
+    the summary, or the failure recorded (module docstring)."""
     recorder = Recorder(session, cfg)
     try:
         with recorder:  # closes the W&B run whatever happens
             task = instantiate(cfg.task)
             seed_everything(cfg.seed)
-            run = Run(cfg, session, dist, recorder)
+            run = Run(cfg, session, dist, recorder, variant)
             reached = task.fit(run)
             if reached is None:  # the task trains in the shared loop
                 reached = fit_shared(task, run)

@@ -39,6 +39,8 @@ from torch.utils.data import Dataset, default_collate
 from src.errors import ConfigError
 
 if TYPE_CHECKING:
+    from src.attention import Composition, Variant
+
     from .distributed import Dist
     from .record.recorder import Recorder
     from .record.session import Session
@@ -47,12 +49,14 @@ if TYPE_CHECKING:
 @dataclass
 class Run:
     """What :meth:`Task.fit` gets: the composed config, this session at the run folder (its record,
-    identity and what checkpoints carry), the processes, and where the rows go."""
+    identity and what checkpoints carry), the processes, where the rows go, and the attention
+    variant of ``cfg.attn``, built once as the pipeline checked it (None: build it from ``cfg.attn``)."""
 
     cfg: DictConfig
     session: Session
     dist: Dist
     recorder: Recorder
+    variant: Variant | Composition | None = None
 
 
 class Task:

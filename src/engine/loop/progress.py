@@ -68,7 +68,6 @@ def progress_line(
     return f"{description} step {step}/{total} ({100 * step / max(total, 1):.0f}%) {shown} · {times}"
 
 
-
 class TqdmProgress:
     def __init__(self, total: int, start: int, description: str) -> None:
         from tqdm.auto import tqdm

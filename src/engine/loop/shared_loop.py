@@ -1,8 +1,10 @@
-"""The shared loop's assembly: what :meth:`Task.fit <src.engine.task.Task.fit>` does by default.
+"""The shared loop's assembly: how a task trains unless it has a loop of its own
+(:meth:`Task.fit <src.engine.task.Task.fit>`); :func:`src.engine.experiment.train` calls it.
 
-The task builds its data and model; the variant is applied; optimizer, schedule and EMA come
-from their config groups; :class:`~src.engine.loop.trainer.Trainer` trains. Classification, LRA, LM
-and the sandbox train here; detection overrides ``fit`` with mmengine's Runner.
+The task builds its data, then its model with the variant applied (:func:`.model.build_model`);
+optimizer, schedule and EMA come from their config groups; :class:`~src.engine.loop.trainer.Trainer`
+trains. Classification, LRA, LM and the sandbox train here; detection overrides ``fit`` with
+mmengine's Runner.
 
 With ``trainer.test_after`` (best or last), the checkpoint it names is evaluated on the task's
 test split when training ends (:mod:`.evaluation`, as ``python -m src.eval`` does): written to
@@ -19,10 +21,10 @@ from typing import TYPE_CHECKING, Any
 from omegaconf import DictConfig
 from timm.utils import ModelEmaV3
 
-from src import attention
 from src.errors import DataError, message_of
 
 from . import evaluation
+from .model import build_model
 from .optim import build_optimizer, build_scheduler
 from .trainer import Trainer
 
@@ -36,8 +38,7 @@ def fit_shared(task: Task, run: Run) -> dict[str, Any]:
     """Build model, variant, optimizer, schedule and the shared loop, train; what it reached."""
     cfg, dist = run.cfg, run.dist
     datasets = task.datasets(Path(cfg.paths.data_dir))
-    model = task.build_model(cfg.backbone)
-    attention.apply(model, attention.variant_from_config(cfg.attn))  # checked and completed by train()
+    model = build_model(cfg, task, run.variant)  # the variant train() built as it checked cfg.attn
     task.prepare_model(model)
     model.to(dist.device)
     steps_per_epoch = max(1, len(datasets[0]) // (task.batch_size * dist.world * cfg.trainer.accumulate))

@@ -382,4 +382,3 @@ class Trainer:
         if saved.get("task") is not None:
             self.task.load_state_dict(saved["task"])
         self.record.continue_after(self.state.step)
-
