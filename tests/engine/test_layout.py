@@ -11,6 +11,8 @@ cycle. ``src/engine/record`` imports nothing of ``src/engine/loop``, and the tas
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -145,3 +147,17 @@ def test_the_task_contract_imports_neither_the_loop_nor_the_pipeline():
     """The default ``Task.fit`` leaves the shared loop to the pipeline: task.py needs no loop."""
     targets = engine_graph()[ENGINE / "task.py"]
     assert not [t for t in targets if part(t) in ("loop", "experiment.py")], sorted(map(str, targets))
+
+
+def test_the_engine_and_its_schema_import_no_torch():
+    """``import src.engine`` (the schema Hydra composes with) imports no torch, and a config
+    naming a composition resolves without it; ``train`` imports it when first asked for."""
+    code = (
+        "import sys; import src.engine.schema, src.engine; from omegaconf import OmegaConf; "
+        "c = OmegaConf.create({'parts': ['cond_init', 'spectral'], 'variant': '${attn_parts:${.parts}}'}); "
+        "assert c.variant == 'cond_init+spectral', c.variant; "
+        "assert 'torch' not in sys.modules, 'torch imported'; "
+        "from src.engine import train; assert 'torch' in sys.modules and callable(train)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -14,7 +14,7 @@ One code path computes every number a run reports of a model: the loop's validat
      "overrides": [], "data_dir": "/abs/data", "wall_s": 3.2, "time": "…", "git": "<revision>"}
 
 ``identity`` is the hash of the configuration evaluated and ``record_identity`` the record's
-(:mod:`.identity`); they differ where an override changed what is measured (``task.val_fraction``,
+(:mod:`..record.identity`); they differ where an override changed what is measured (``task.val_fraction``,
 another ``paths.data_dir``), and such a result goes to ``eval-<split>.<identity>.json`` instead, so
 that the report, which uses an evaluation only where the two agree, never takes it for the run's.
 """
