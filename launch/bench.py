@@ -21,7 +21,7 @@ cores compute with denormals many times slower, and a variant that saturates the
 ViT-S: ``spectral`` at 1.05× ``standard`` with denormals, 1.00× without them, and 0.99× at
 ``lam=1`` either way: a cost of the numbers, not of the variant's extra work. NVIDIA GPUs
 compute with denormals at full speed, so the switch only acts on a CPU. Training flushes them
-too (``trainer.flush_denormal``, default on; ``src/engine/numerics.py``).
+too (``trainer.flush_denormal``, default on; ``src/engine/loop/numerics.py``).
 
 This module times steps (1, 2) and is the command; the two measurements that train through the
 suite (3, 4) are :mod:`launch.bench_training`'s.

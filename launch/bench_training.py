@@ -26,7 +26,7 @@ from src import attention
 
 def runner_overhead(args: argparse.Namespace, rounds: int = 3) -> dict[str, float]:
     """The suite's loop against a bare loop: same task, model, optimizer, schedule and batches."""
-    from src.engine.record import read_metrics
+    from src.engine.record.files import read_metrics
 
     suite, bare = [], []
     for _ in range(rounds):
@@ -78,16 +78,16 @@ def bare_seconds_per_step(args: argparse.Namespace) -> float:
     from hydra.utils import instantiate
     from torch.utils.data import DataLoader
 
-    from src.engine.optim import build_optimizer, build_scheduler
-    from src.engine.seeding import seed_everything
+    from src.engine.loop.model import build_model
+    from src.engine.loop.optim import build_optimizer, build_scheduler
+    from src.engine.loop.seeding import seed_everything
 
     with tempfile.TemporaryDirectory() as tmp:
         cfg = overhead_config(args, Path(tmp))
     task = instantiate(cfg.task)
     seed_everything(cfg.seed)
     train_set, _ = task.datasets(Path(cfg.paths.data_dir))
-    model = task.build_model(cfg.backbone)
-    attention.apply(model, instantiate(cfg.attn))
+    model = build_model(cfg, task)  # as the suite's loop builds it
     optimizer = build_optimizer(cfg.optim, model)
     scheduler = build_scheduler(cfg.sched, optimizer, args.overhead_steps, len(train_set) // task.batch_size)
     loader = DataLoader(train_set, batch_size=task.batch_size, shuffle=True, drop_last=True)

@@ -19,7 +19,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from src.engine.record import write_atomic
+from src.engine.record.files import write_atomic
 from src.errors import ConfigError
 
 

@@ -3,7 +3,7 @@
     python -m launch.dashboard --entity E --project P [--task digits] [--sweep NAME] [--dry-run OUT.json]
 
 The workspace groups the runs by variant and option set (the config keys the suite's W&B runs
-carry, :func:`src.engine.tracking.run_config`) and plots the task's main metric (mean ± one
+carry, :func:`src.engine.record.tracking.run_config`) and plots the task's main metric (mean ± one
 standard deviation over seeds), the final metric per variant, κ and entropy; the report sets the
 papers' numbers (:mod:`launch.paper`) beside a panel grid of our runs. ``--dry-run`` writes the
 specification as JSON without any network, written whole or not at all (a file that cannot be
@@ -21,8 +21,8 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from launch.dashboard_spec import report, spec_json, workspace
-from src.engine.record import RecordError, write_atomic, write_failure
-from src.engine.tracking import main_metric
+from src.engine.record.files import RecordError, write_atomic, write_failure
+from src.engine.record.tracking import main_metric
 from src.errors import ConfigError
 
 TASKS = Path(__file__).resolve().parents[1] / "conf" / "task"

@@ -1,6 +1,6 @@
 """What ``python -m launch.dashboard`` saves: a W&B workspace and a report, as wandb_workspaces models.
 
-The runs are grouped by the flat config keys :func:`src.engine.tracking.run_config` writes
+The runs are grouped by the flat config keys :func:`src.engine.record.tracking.run_config` writes
 (``variant``, then ``variant_options``; panels by ``variant_label``, the two in one string), so a
 line is the mean over seeds of one variant with one option set, with a band. The κ and entropy
 panels plot the conditioning monitor's model-wide medians (:mod:`src.conditioning.monitor`).

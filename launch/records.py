@@ -10,7 +10,7 @@ stops it.
 
 A run folder is data: whatever it holds is read as values and checked for the shape the report
 needs (:func:`read_run`), and nothing is built from its config. A config that names a
-``_target_`` the suite's own configs do not (:func:`src.engine.safe_config.check_buildable`) makes
+``_target_`` the suite's own configs do not (:func:`src.engine.record.safe_config.check_buildable`) makes
 its run ``unreadable``, its numbers unused.
 
 A run's test numbers are ``eval-<split>.json`` beside its record (``python -m src.eval <run>
@@ -18,7 +18,7 @@ split=test``), used only where the evaluation says it measured the record's own 
 ``identity`` is the record's hash, :func:`read_evals`): :attr:`Run.reported` is its test number
 where it has one, its validation number otherwise, and says which.
 
-Each run also carries its identity (:mod:`src.engine.identity`) without the seed: runs that
+Each run also carries its identity (:mod:`src.engine.record.identity`) without the seed: runs that
 share it are seeds of one experiment; runs that differ in anything else (a variant's option, the
 run length, the data) are different experiments, whatever their folders are called.
 """
@@ -33,9 +33,9 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from src.engine.identity import Identity, flatten
-from src.engine.record import RunRecord, read_metrics
-from src.engine.safe_config import check_buildable
+from src.engine.record.files import RunRecord, read_metrics
+from src.engine.record.identity import Identity, flatten
+from src.engine.record.safe_config import check_buildable
 from src.errors import SuiteError
 
 from .record_shapes import DamagedRecord, checked_rows, is_step, one_line, read_evals, read_summary
@@ -215,7 +215,7 @@ def run_config(folder: Path, run: Run | None = None) -> tuple[DictConfig, Identi
 
     The config is the record's ``config.yaml`` (written resolved), else Hydra's
     ``.hydra/config.yaml`` (unresolved). Each of them that exists is read as data (:func:`load_config`)
-    and checked (:func:`src.engine.safe_config.check_buildable`: only the ``_target_`` s the suite's
+    and checked (:func:`src.engine.record.safe_config.check_buildable`: only the ``_target_`` s the suite's
     own configs set, and no interpolation in a config written resolved) before anything in it is
     resolved; ``run``, where given, is named from its plain values first (:func:`name_plainly`), so
     that a refused run is still listed as what it says it is. The identity is ``identity.json``'s
@@ -271,7 +271,7 @@ def name_plainly(run: Run, tree: dict[str, Any]) -> None:
 def recorded_identity(path: Path) -> tuple[Identity, frozenset[str]] | None:
     """``(identity, hashes)`` from ``identity.json`` (None: the record has none): its ``hash``, and
     its config's hash as computed now, which differs only where a class named in it has moved since
-    (:data:`src.engine.identity.MOVED_TARGETS`): both are the record's. A damaged one is a
+    (:data:`src.engine.record.identity.MOVED_TARGETS`): both are the record's. A damaged one is a
     :class:`DamagedRecord`: without it no evaluation can be matched to the run."""
     if not path.exists():
         return None

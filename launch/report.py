@@ -38,7 +38,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from src.engine.record import RecordError, write_failure
+from src.engine.record.files import RecordError, write_failure
 
 from .glue_table import glue_section
 from .paper import P4_EPOCHS_TO_TARGET

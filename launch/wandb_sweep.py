@@ -11,7 +11,7 @@ same key, as Hydra's basic sweeper combines them; a choice list (``seed=0,1,2``)
 parameter is one W&B parameter (``values``, or ``value`` for a fixed one), ``method: grid``, and
 the command calls ``python -m src.run ${args_no_hyphens}`` (``key=value`` items, Hydra's syntax)
 with ``logger=wandb``; the metric is the task's main one. W&B's agent starts each run; the run's
-W&B id is the agent's (:func:`src.engine.tracking.new_run_id`), so the sweep holds it.
+W&B id is the agent's (:func:`src.engine.record.tracking.new_run_id`), so the sweep holds it.
 Bad input is one ``error: …`` line and exit status 2.
 """
 
@@ -57,7 +57,7 @@ def grid(arguments: list[str]) -> tuple[dict[str, list[str]], Any]:
 
 def sweep_config(arguments: list[str]) -> dict[str, Any]:
     """The W&B Sweeps config (a dict, written as YAML) whose grid is the Hydra sweep of ``arguments``."""
-    from src.engine.tracking import main_metric
+    from src.engine.record.tracking import main_metric
 
     check_selections(arguments)
     values, cfg = grid(arguments)

@@ -3,13 +3,13 @@
 
 A run folder is data, perhaps sent by someone else, so nothing is built from it unchecked: its
 resolved config (the record's ``config.yaml``) may name only the classes the suite's own configs
-build (:mod:`src.engine.safe_config`), it must be the configuration its ``identity.json``
+build (:mod:`src.engine.record.safe_config`), it must be the configuration its ``identity.json``
 describes (a hand-edited file is refused), and its data folder is the absolute one the run read,
 wherever the command runs from. Then the task and model are built exactly as training built them,
 the checkpoint's weights loaded (``best.pt`` by default; ``last.pt``, with a note, where there is
 none or it is unreadable, which is set aside as resume does), provided the checkpoint was written
 by this record (its identity: a ``best.pt`` copied from another run is refused), and the split
-evaluated by the code the loop validates with (:mod:`src.engine.evaluation`). The result goes to
+evaluated by the code the loop validates with (:mod:`src.engine.loop.evaluation`). The result goes to
 ``<run_dir>/eval-<split>.json`` and one printed line; the record itself is never rewritten.
 
 ``key=value`` items override the run's config for this evaluation only (``trainer.device=cpu``,
@@ -56,13 +56,14 @@ import torch
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from src import attention
-from src.engine import checkpoint, evaluation
-from src.engine.checkpoint import CheckpointError
 from src.engine.experiment import processes
-from src.engine.identity import Identity
-from src.engine.record import RunRecord, plain_json, write_atomic
-from src.engine.safe_config import check_buildable
+from src.engine.loop import evaluation
+from src.engine.loop.model import build_model
+from src.engine.record import checkpoint
+from src.engine.record.checkpoint import CheckpointError
+from src.engine.record.files import RunRecord, plain_json, write_atomic
+from src.engine.record.identity import Identity
+from src.engine.record.safe_config import check_buildable
 from src.engine.schema import check_values
 from src.engine.task import Task
 from src.errors import ConfigError, message_of
@@ -254,8 +255,7 @@ def measure(
     with processes(cfg) as dist:
         data_dir = Path(cfg.paths.data_dir)
         dataset = task.eval_dataset(data_dir, split)  # before the model: LM's vocabulary
-        model = task.build_model(cfg.backbone)
-        attention.apply(model, attention.variant_from_config(cfg.attn))
+        model = build_model(cfg, task)  # as training built it, before the checkpoint's weights
         autocast = torch.autocast(
             dist.device.type, dtype=torch.bfloat16, enabled=cfg.trainer.precision == "bf16"
         )
@@ -293,7 +293,7 @@ def send_to_wandb(run_dir: Path, cfg: DictConfig, result: dict[str, Any]) -> Non
     ``job_type`` stays the training's ``train`` (resuming with ``eval`` would relabel the training
     run); its config is left as it was. Offline, the resumed run is one more offline folder of the
     same id, which ``wandb sync`` merges into the run. Best effort, as in training."""
-    from src.engine.tracking import WandbLogger, eval_summary, run_name, run_tags
+    from src.engine.record.tracking import WandbLogger, eval_summary, run_name, run_tags
 
     _, meta = RunRecord(run_dir, enabled=False).recorded_identity()
     wandb_id = (meta or {}).get("wandb_id")

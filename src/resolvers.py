@@ -1,5 +1,5 @@
 """OmegaConf resolvers the configs use: ``${cpus_at_most:4}``, ``${at_least:1,…}``, ``${run_folder:…}``,
-``${pretrained_by:…}``.
+``${pretrained_by:…}``, ``${attn_parts:…}``.
 
 Importing this module registers them. ``src/run.py`` imports it (so do the SLURM jobs, which
 unpickle ``src.run.main``), and so does ``src/engine/schema.py``, which every composition of the
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -131,7 +132,15 @@ def pretrained_by(pretrain_task: str, seed: int, task: str) -> str | None:
     return str(Path(sibling_run(run_dir, pretrain_task, seed)) / "checkpoints" / "last.pt")
 
 
+def attn_parts(parts: Iterable[str]) -> str:
+    """``${attn_parts:${.parts}}`` (``conf/attn/compose.yaml``): a composition's name,
+    ``cond_init+spectral``, as :func:`src.attention.compose.joined` writes it; registered here too,
+    so that a config resolves before torch (which ``src.attention`` imports) is."""
+    return "+".join(parts)
+
+
 OmegaConf.register_new_resolver("cpus_at_most", cpus_at_most, replace=True)
 OmegaConf.register_new_resolver("at_least", at_least, replace=True)
 OmegaConf.register_new_resolver("run_folder", run_folder, replace=True)
 OmegaConf.register_new_resolver("pretrained_by", pretrained_by, replace=True)
+OmegaConf.register_new_resolver("attn_parts", attn_parts, replace=True)

@@ -3,7 +3,7 @@
 Hydra composes the config from ``conf/`` (see ``conf/config.yaml``); the run folder is named
 by the overrides, so rerunning a command resumes its run. Bad input ends with one message
 and exit status 2, before any work is lost; SIGTERM, SIGUSR1 or SIGUSR2 with one line, after a
-checkpoint, and status 128+signal (:mod:`src.engine.preemption`).
+checkpoint, and status 128+signal (:mod:`src.engine.loop.preemption`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from src.precheck import precheck
 def main(cfg: DictConfig) -> float | None:
     """Train one run; returns its main metric (for Hydra's sweepers)."""
     from src.engine import train  # torch is imported here, so that --help and typos answer at once
-    from src.engine.preemption import Preempted, exit_preempted
+    from src.engine.loop.preemption import Preempted, exit_preempted
 
     hydra_cfg = HydraConfig.get()
     try:

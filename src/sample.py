@@ -32,8 +32,8 @@ import torch
 from hydra.utils import get_class, instantiate
 from torch import Tensor, nn
 
-from src import attention
-from src.engine import evaluation
+from src.engine.loop import evaluation
+from src.engine.loop.model import build_model
 from src.errors import ConfigError, message_of
 
 SEPARATOR = "-" * 40
@@ -119,8 +119,7 @@ def load(run_dir: Path, which: str = "best", overrides: list[str] | None = None)
         opened = evaluation.open_checkpoint(run_dir, which, print_note, best_step, recorded.owners)
     task = instantiate(cfg.task)
     task.datasets(Path(cfg.paths.data_dir))  # the run's tokenizer (and the model's vocabulary)
-    model = task.build_model(cfg.backbone)
-    attention.apply(model, attention.variant_from_config(cfg.attn))
+    model = build_model(cfg, task)  # as training built it, before the checkpoint's weights
     evaluation.load_weights(model, opened)
     device = resolve_device(cfg.trainer.device, 0)  # one process: no process group to start
     return Loaded(model.to(device).eval(), task.tokenizer, device, opened.step, opened.which)

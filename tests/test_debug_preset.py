@@ -9,8 +9,9 @@ from pathlib import Path
 from conftest import compose, run_cli
 from smoke.lra import SMALL_LISTOPS, TINY
 
-from src.engine import checkpoint, train
-from src.engine.record import read_metrics
+from src.engine import train
+from src.engine.record import checkpoint
+from src.engine.record.files import read_metrics
 
 
 def splits_by_step(run: Path) -> dict[str, list[int]]:

@@ -20,12 +20,13 @@ import torch
 from conftest import CONF, compose
 from omegaconf import OmegaConf
 
-from src.engine import checkpoint, train
-from src.engine.checkpoint import CheckpointError
-from src.engine.identity import IdentityMismatch
-from src.engine.record import read_metrics
-from src.engine.session import RecordExists
-from src.engine.trainer import NonFiniteLoss, Trainer
+from src.engine import train
+from src.engine.loop.trainer import NonFiniteLoss, Trainer
+from src.engine.record import checkpoint
+from src.engine.record.checkpoint import CheckpointError
+from src.engine.record.files import read_metrics
+from src.engine.record.identity import IdentityMismatch
+from src.engine.record.session import RecordExists
 from tasks.classification import ImageClassification
 
 SHORT = [
@@ -134,7 +135,7 @@ def test_a_rerun_with_another_config_refuses_naming_the_keys_and_leaves_the_reco
 
 def test_changed_code_resumes_with_one_warning_and_the_summary_lists_its_sessions(tmp_path, monkeypatch):
     killed(tmp_path, "run", 13)
-    import src.engine.session as session_module
+    import src.engine.record.session as session_module
 
     first = session_module.code_version()
     monkeypatch.setattr(session_module, "code_version", lambda: {"git": "abc123-new", "source": "0" * 16})
@@ -154,7 +155,7 @@ def test_another_data_folder_is_another_configuration(tmp_path):
 
 
 def test_checkpoint_and_numerics_settings_resume_the_same_record(tmp_path):
-    """Keys that do not bear on the result (src/engine/identity.py) may change between sessions."""
+    """Keys that do not bear on the result (src/engine/record/identity.py) may change between sessions."""
     whole = run(tmp_path, "whole")
     killed(tmp_path, "run", 13)
     resumed = run(tmp_path, "run", "trainer.checkpoint_every=3", "trainer.num_workers=1")

@@ -22,10 +22,11 @@ from smoke.lm import HUB
 
 from launch import report
 from launch.records import read_runs
-from src.engine import checkpoint, train
-from src.engine.checkpoint import CheckpointError
-from src.engine.record import read_metrics
-from src.engine.trainer import NonFiniteLoss
+from src.engine import train
+from src.engine.loop.trainer import NonFiniteLoss
+from src.engine.record import checkpoint
+from src.engine.record.checkpoint import CheckpointError
+from src.engine.record.files import read_metrics
 
 DIGITS_RUN = Path("runs/digits/vit_digits/precond/seed=0")
 

@@ -14,8 +14,8 @@ import pytest
 import torch
 from conftest import QUIET, ROOT, run_cli
 
-from src.engine import checkpoint
-from src.engine.record import read_metrics
+from src.engine.record import checkpoint
+from src.engine.record.files import read_metrics
 
 RUNS = Path("runs/digits/vit_digits/precond/seed=0")
 SUMMARY_KEYS = {"task", "backbone", "attn", "seed", "steps", "metric", "final", "best", "wall_s"}

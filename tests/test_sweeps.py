@@ -36,8 +36,8 @@ from torch import Tensor, nn
 from src import attention
 from src.engine import train
 from src.engine.experiment import check_compatible, compatible_backbones
-from src.engine.optim import build_optimizer, build_scheduler
-from src.engine.record import read_metrics
+from src.engine.loop.optim import build_optimizer, build_scheduler
+from src.engine.record.files import read_metrics
 from src.engine.task import Task
 
 TWO_STEPS = [

@@ -10,6 +10,16 @@ Covered: ViT and DeiT (``timm.layers.Attention``), Swin (``WindowAttention``), X
 cross-covariance ``XCA`` and the class-attention ``ClassAttn`` of its last blocks), and DaViT
 (its window attention and both channel attentions). Lookup is by exact class: a subclass
 may compute something else, so it must describe itself through ``attention_site``.
+
+Lookup by class, not by model, serves the suite's own models too. GPT (:class:`src.models.gpt.GPT`),
+Crammed BERT (:class:`src.models.crammed_bert.CrammedBERT`) and the LRA encoders with softmax
+attention (:class:`src.models.lra.LRAClassifier`) build their attention from
+``timm.layers.Attention``, the ViT family's attention class, so their sites come from the ViT
+family's adapter, :func:`vit_attention_site`: it reads what that class holds (``qkv``, ``proj``,
+``norm``, ``attn_drop``), whatever model holds it, so that these models need no adapter of their
+own and every variant applies to them as to ViT. Their token entries are their own
+(``token_entry``). The LRA encoders' Nyström attention and the sandbox's attention describe
+themselves (``attention_site``).
 """
 
 from __future__ import annotations
@@ -192,10 +202,15 @@ def _davit_entry(model: nn.Module, where: Where) -> TokenEntry:
     return TokenEntry(model.stem, "BCHW", at="output")
 
 
-# ViT/DeiT: an optional scale-norm sits between the heads and proj; P enters attn_drop.
-_VIT_SITES: dict[type[nn.Module], SiteBuilder] = {
-    Attention: lambda n, m: fused_qkv_site(n, m, m.num_heads, head_output=m.norm, probs=m.attn_drop),
-}
+def vit_attention_site(name: str, module: Attention) -> AttentionSite:
+    """The ViT family's adapter: the site of a ``timm.layers.Attention``, whose optional scale-norm
+    (``norm``) sits between the heads and ``proj`` and whose ``attn_drop`` gets ``P``. ViT and
+    DeiT use it, and so do the suite's GPT, Crammed BERT and softmax LRA encoders, built from the
+    same class (module docstring)."""
+    return fused_qkv_site(name, module, module.num_heads, head_output=module.norm, probs=module.attn_drop)
+
+
+_VIT_SITES: dict[type[nn.Module], SiteBuilder] = {Attention: vit_attention_site}
 _TINY_VIT = dict(img_size=32, patch_size=8, embed_dim=48, depth=2, num_heads=3, num_classes=5)
 
 register_family(

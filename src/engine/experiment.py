@@ -1,11 +1,14 @@
 """One run from a composed config, as a short pipeline: check the config, take the processes,
-open the run folder's record (:mod:`.session`), build the task, let it train
-(:meth:`src.engine.task.Task.fit`: the shared loop of :mod:`.shared_loop`, or detection's
-mmengine Runner), and write the summary. Every task's rows, summary, failures and W&B run go
-through one :class:`src.engine.recorder.Recorder`. A failure is appended to ``failures.jsonl``;
-``summary.json`` says ``failed`` only when this session trained or the record had no summary
-(a completed record is never rewritten by a session that did not train), and never for a
-preemption (:class:`.preemption.Preempted`: the run is incomplete, and resumes).
+open the run folder's record (:mod:`.record.session`), build the task, let it train (in the
+shared loop, :func:`.loop.shared_loop.fit_shared`, unless the task trains in a loop of its own,
+:meth:`.task.Task.fit`: detection's mmengine Runner), and write the summary. Every task's rows,
+summary, failures and W&B run go through one :class:`.record.recorder.Recorder`. A failure is
+appended to ``failures.jsonl``; ``summary.json`` says ``failed`` only when this session trained or
+the record had no summary (a completed record is never rewritten by a session that did not
+train), and never for a preemption (:class:`.loop.preemption.Preempted`: the run is incomplete,
+and resumes).
+
+This module composes the engine's two packages, :mod:`.loop` and :mod:`.record`; neither imports it.
 """
 
 from __future__ import annotations
@@ -25,20 +28,22 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from src import attention
+from src.attention import Composition, Variant
 from src.errors import SuiteError, message_of
 
-from .announce import announce, complete_line, end_line
 from .batching import plan_for
 from .compatible import check_compatible, compatible_backbones  # noqa: F401  (re-exported)
 from .distributed import Dist
-from .identity import git_revision
-from .numerics import flush_denormals
-from .preemption import Preempted
-from .record import RunRecord
-from .recorder import Recorder
+from .loop.numerics import flush_denormals
+from .loop.preemption import Preempted
+from .loop.seeding import seed_everything
+from .loop.shared_loop import fit_shared
+from .record.announce import announce, complete_line, end_line
+from .record.files import RunRecord
+from .record.identity import git_revision
+from .record.recorder import Recorder
+from .record.session import RunSession, Session
 from .schema import check_values
-from .seeding import seed_everything
-from .session import RunSession, Session
 from .task import Run, Task
 
 
@@ -47,14 +52,14 @@ def train(cfg: DictConfig, run_dir: Path | str, hydra_files: dict[str, str] | No
     Hydra's copy of the command (``.hydra/``), which the session writes once it trains there."""
     check_values(cfg)
     check_compatible(cfg)
-    attention.config.complete(cfg.attn)  # a composition: its parts checked, all their options recorded
+    variant = attention.config.complete(cfg.attn)  # checked; a composition records all its options
     with processes(cfg) as dist:
         plan_for(cfg, dist.world)  # a world size that cannot keep the global batch: refused before the record
         record = RunRecord(Path(run_dir), enabled=dist.main)
         with RunSession(record, cfg, dist, hydra_files) as session:
             if session.kind == "complete":
                 return already_complete(cfg, session)
-            return train_session(cfg, session, dist)
+            return train_session(cfg, session, dist, variant)
 
 
 @contextlib.contextmanager
@@ -86,14 +91,20 @@ def already_complete(cfg: DictConfig, session: Session) -> dict[str, Any]:
     return summary
 
 
-def train_session(cfg: DictConfig, session: Session, dist: Dist) -> dict[str, Any]:
-    """Build the task and let it train; the summary, or the failure recorded (module docstring)."""
+def train_session(
+    cfg: DictConfig, session: Session, dist: Dist, variant: Variant | Composition | None = None
+) -> dict[str, Any]:
+    """Build the task and let it train (``variant``: ``cfg.attn``'s, as :func:`train` checked it);
+    the summary, or the failure recorded (module docstring)."""
     recorder = Recorder(session, cfg)
     try:
         with recorder:  # closes the W&B run whatever happens
             task = instantiate(cfg.task)
             seed_everything(cfg.seed)
-            reached = task.fit(Run(cfg, session, dist, recorder))
+            run = Run(cfg, session, dist, recorder, variant)
+            reached = task.fit(run)
+            if reached is None:  # the task trains in the shared loop
+                reached = fit_shared(task, run)
             summary = recorder.finish(completed_summary(cfg, task, session, dist, reached))
         if session.record.enabled:
             announce(end_line(summary, session.record.dir))

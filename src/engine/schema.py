@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from src import resolvers  # noqa: F401  ${cpus_at_most:…} (trainer.num_workers) and the others
 from src.errors import ConfigError
 
-from .identity import flatten
+from .record.identity import flatten
 
 CHOICES = {
     "precision": ("fp32", "bf16"),

@@ -6,7 +6,7 @@ which :class:`Task` defines, so that the loop calls them directly and a task ove
 it needs (the way Lightning's hooks work). The hooks get the bare model (not its DDP or compiled
 wrapper) and must not draw from the global RNGs.
 
-Evaluation (:mod:`src.engine.evaluation`, ``python -m src.eval``, ``trainer.test_after``) reads a
+Evaluation (:mod:`src.engine.loop.evaluation`, ``python -m src.eval``, ``trainer.test_after``) reads a
 split through :meth:`Task.eval_dataset`: ``val`` by default, ``test`` where the task's data has one
 (:attr:`Task.eval_splits` lists them).
 
@@ -17,10 +17,11 @@ returns class logits). What it may change, each a no-op by default: :meth:`Task.
 :meth:`Task.after_backward`, :meth:`Task.after_validation`, :meth:`Task.state_dict` /
 :meth:`Task.load_state_dict`.
 
-:meth:`Task.fit` trains: by default in the shared loop (:func:`src.engine.shared_loop.fit_shared`);
-detection overrides it to train in mmengine's Runner. Either way the record is opened, its rows
-written (:class:`src.engine.recorder.Recorder`) and its summary and failures written by the same
-code (:func:`src.engine.experiment.train`).
+:meth:`Task.fit` is for a task that trains in a loop of its own (detection, in mmengine's Runner);
+by default it returns None and the pipeline (:func:`src.engine.experiment.train`) trains the task
+in the shared loop (:func:`src.engine.loop.shared_loop.fit_shared`), so that this contract imports
+no loop. Either way the record is opened, its rows written
+(:class:`src.engine.record.recorder.Recorder`) and its summary and failures written by the same code.
 """
 
 from __future__ import annotations
@@ -37,27 +38,62 @@ from torch.utils.data import Dataset, default_collate
 
 from src.errors import ConfigError
 
-from .shared_loop import fit_shared
-
 if TYPE_CHECKING:
+    from src.attention import Composition, Variant
+
     from .distributed import Dist
-    from .recorder import Recorder
-    from .session import Session
+    from .record.recorder import Recorder
+    from .record.session import Session
 
 
 @dataclass
 class Run:
     """What :meth:`Task.fit` gets: the composed config, this session at the run folder (its record,
-    identity and what checkpoints carry), the processes, and where the rows go."""
+    identity and what checkpoints carry), the processes, where the rows go, and the attention
+    variant of ``cfg.attn``, built once as the pipeline checked it (None: build it from ``cfg.attn``)."""
 
     cfg: DictConfig
     session: Session
     dist: Dist
     recorder: Recorder
+    variant: Variant | Composition | None = None
 
 
 class Task:
-    """A task of the suite; see the module docstring.
+    """A task of the suite (module docstring): its data, its model's arguments, loss and metrics.
+
+    The contract, in the order a run calls it (:func:`src.engine.loop.shared_loop.fit_shared`):
+
+    1. ``__init__``: Hydra builds the task from ``cfg.task`` alone (its ``_target_`` and keys, their
+       ``${…}`` resolved); it reads no data. The run's seed is set after it.
+    2. :meth:`datasets` (``(train, val)``; :meth:`eval_dataset` for evaluation) reads ``data_dir``
+       (and may write generated data and caches there, :mod:`src.engine.generated`), and sets on
+       the task what the model depends on: the tokenizer whose vocabulary LM, MLM and GLUE give
+       the model, GLUE's pretrained weights. It always runs before :meth:`build_model`, which may
+       refuse to run without it.
+    3. :meth:`build_model` reads ``cfg.backbone`` only: the model's arguments are its ``model`` node,
+       whose ``${task.*}`` interpolations (``img_size``, ``num_classes``, ``seq_len``) the config
+       already resolved, plus what the task adds from its data (``vocab_size``). It returns the
+       bare model; :func:`src.engine.loop.model.build_model` applies ``cfg.attn``'s variant to it.
+    4. :meth:`prepare_model` (training only) gets the model with the variant applied, before it
+       moves to the device and before a resumed run's checkpoint is loaded over it: it may change
+       weights (GLUE loads the pretrained encoder), never the architecture.
+    5. Each step: :meth:`collate_fn` (in the data loader, perhaps in a worker process: it reads only
+       what :meth:`datasets` set), :meth:`train_loss` per micro-batch, :meth:`after_backward`
+       (gradients in ``.grad``); :meth:`model_inputs` gives the conditioning monitor its batch.
+    6. Each validation: :meth:`eval_sums` per batch on every process, :meth:`derived_metrics` on
+       the means reduced over processes, then :meth:`after_validation` on the main process, which
+       may write into the run folder (``run_dir``) and nowhere else of the record.
+    7. Each checkpoint saves :meth:`state_dict`; a resumed run calls :meth:`load_state_dict` after
+       :meth:`prepare_model` and the weights.
+
+    :meth:`train_loss` and :meth:`eval_sums` get the model to call (perhaps DDP's or
+    ``torch.compile``'s wrapper); the other hooks get the bare model. No hook draws from the global
+    RNGs (a resumed run must draw what an uninterrupted one does: a task's own generator, MLM's
+    masking one, goes into :meth:`state_dict`). ``python -m src.eval`` calls 1, :meth:`eval_dataset`
+    (before the model), :meth:`build_model` (no :meth:`prepare_model`: the checkpoint's weights are
+    loaded) and 6; ``trainer.test_after`` calls :meth:`eval_dataset` and 6 on the trained model. A
+    task that overrides :meth:`fit` (detection) gets 1 and then trains as it likes.
 
     Args (every task's config has them):
         name: the task's name (``task.name``).
@@ -158,10 +194,12 @@ class Task:
 
     # -- training ----------------------------------------------------------------------------
 
-    def fit(self, run: Run) -> dict[str, Any]:
-        """Train; what the run reached (``steps``, ``final``, ``best``, ``wall_s``, …), which
-        ``summary.json`` gets beside the keys every run has. Default: the shared loop."""
-        return fit_shared(self, run)
+    def fit(self, run: Run) -> dict[str, Any] | None:
+        """Train in a loop of the task's own; what the run reached (``steps``, ``final``, ``best``,
+        ``wall_s``, …), which ``summary.json`` gets beside the keys every run has. Default: None,
+        for a task that trains in the shared loop, which the pipeline then runs
+        (:func:`src.engine.loop.shared_loop.fit_shared`)."""
+        return None
 
 
 def classification_sums(logits: Tensor, labels: Tensor) -> dict[str, tuple[Tensor, int]]:

@@ -44,7 +44,7 @@ from torch import Tensor, nn
 
 from src.attention import TokenEntry
 from src.attention.sites import Where
-from src.engine import checkpoint
+from src.engine.record import checkpoint
 from src.errors import ConfigError
 
 from .lra import sinusoidal_positions
@@ -87,6 +87,10 @@ class Block(nn.Module):
 class CrammedBERT(nn.Module):
     """Crammed BERT: ids ``(B, N)`` -> MLM logits ``(B, N, V)``, or class logits ``(B, C)``
     when ``num_labels > 0`` (module docstring for the architecture and its sources).
+
+    Attention sites: its ``timm.layers.Attention`` modules are found by the ViT family's adapter,
+    :func:`src.attention.timm_families.vit_attention_site` (sites are looked up by attention
+    class, and this is ViT's); the suite adds no adapter for it. Token entry: :meth:`token_entry`.
 
     Args:
         vocab_size: the tokenizer's vocabulary (the task passes it; Cramming's is 32768).

@@ -50,6 +50,10 @@ class Block(nn.Module):
 class GPT(nn.Module):
     """GPT-2-style causal language model: token ids ``(B, N)`` -> next-token logits ``(B, N, V)``.
 
+    Attention sites: its ``timm.layers.Attention`` modules are found by the ViT family's adapter,
+    :func:`src.attention.timm_families.vit_attention_site` (sites are looked up by attention
+    class, and this is ViT's); the suite adds no adapter for it. Token entry: :meth:`token_entry`.
+
     Args:
         vocab_size: the tokenizer's vocabulary size (the task passes it).
         block_size: the number of learned positions, the longest sequence it takes.

@@ -69,6 +69,11 @@ class LRAClassifier(nn.Module):
 
     With ``dual``, ``forward(tokens, mask, tokens2, mask2)`` classifies the pair.
 
+    Attention sites: with ``attention="softmax"``, its ``timm.layers.Attention`` modules are found
+    by the ViT family's adapter, :func:`src.attention.timm_families.vit_attention_site` (sites are
+    looked up by attention class, and this is ViT's); with ``"nystrom"``,
+    :class:`NystromAttention` describes itself (``attention_site``). Token entry: :meth:`token_entry`.
+
     Args:
         vocab_size, num_classes: from the task.
         max_positions: learned positions (the task's padded length).

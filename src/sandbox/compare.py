@@ -21,7 +21,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from PIL import Image  # noqa: E402
 
-from src.engine.record import read_metrics  # noqa: E402
+from src.engine.record.files import read_metrics  # noqa: E402
 
 from .frames import PANEL_IN, cloud_panels, draw_curves, draw_layer, keys_with, series  # noqa: E402
 from .page import write_gif  # noqa: E402

@@ -8,7 +8,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from src.engine.record import read_metrics
+from src.engine.record.files import read_metrics
 
 from .frames import render_frame
 from .page import write_gif, write_page

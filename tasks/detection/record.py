@@ -1,6 +1,6 @@
 """The run record's rows, written from inside mmengine's Runner by one hook.
 
-:class:`SuiteRecordHook` logs through the run's :class:`src.engine.recorder.Recorder`, as the
+:class:`SuiteRecordHook` logs through the run's :class:`src.engine.record.recorder.Recorder`, as the
 shared loop does (the same ``metrics.jsonl`` and W&B run; ``step`` is mmengine's iteration,
 one batch per process):
 
@@ -18,7 +18,7 @@ Checkpoints are mmengine's (``mmdet/iter_N.pth`` or ``epoch_N.pth``, the latest 
 ``checkpoints/last.pt`` is a relative link to the latest, so the suite's contract holds: a
 rerun of the same command finds it and resumes (mmengine's ``resume``: weights, optimizer,
 schedule, iteration, data position). The hook adds to each checkpoint the wall time so far,
-torch's RNG state and the record's identity and sessions (:class:`src.engine.session.Session`),
+torch's RNG state and the record's identity and sessions (:class:`src.engine.record.session.Session`),
 and restores the RNG state at the first iteration after a resume; validation and the monitor
 run with the RNG forked, so they never move it. On a CPU a resumed run then continues as the
 uninterrupted one would. After a resume, ``metrics.jsonl`` continues at the checkpoint's
@@ -48,8 +48,8 @@ from mmengine.logging import HistoryBuffer
 from mmengine.model import is_model_wrapper
 
 from src.conditioning import ConditioningMonitor
-from src.engine.record import read_metrics
-from src.engine.recorder import Recorder, kept_best
+from src.engine.record.files import read_metrics
+from src.engine.record.recorder import Recorder, kept_best
 
 
 class SuiteRecordHook(Hook):

@@ -3,7 +3,7 @@
 The shared loop does not fit mmdetection: the task overrides :meth:`src.engine.task.Task.fit`,
 which builds the mmdet config from the Hydra config (:mod:`.config`), hands it to mmengine's
 ``Runner`` and returns what the run reached; the hook of :mod:`.record` writes the record's
-rows on the way, through the run's :class:`src.engine.recorder.Recorder` as the shared loop
+rows on the way, through the run's :class:`src.engine.record.recorder.Recorder` as the shared loop
 does, and the pipeline (:func:`src.engine.experiment.train`) writes its summary and failures.
 
 Data: COCO 2017 in its official layout, ``${paths.data_dir}/<folder>/annotations/

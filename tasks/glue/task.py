@@ -34,7 +34,7 @@ from omegaconf import DictConfig
 from torch import Tensor, nn
 from torch.utils.data import Dataset
 
-from src.engine import checkpoint
+from src.engine.record import checkpoint
 from src.engine.task import Task
 from src.errors import ConfigError
 

@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 
 from launch.callbacks import SweepEnd
 from src.engine import train
-from src.engine.progress import LogProgress, make_progress
+from src.engine.loop.progress import LogProgress, make_progress
 from src.engine.task import Task
 
 FAST = [

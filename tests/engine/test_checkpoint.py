@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from src.engine import checkpoint
+from src.engine.record import checkpoint
 
 
 def draws():

@@ -8,7 +8,7 @@ import random
 import torch
 from torch.utils.data import Dataset, TensorDataset
 
-from src.engine.data import BatchStream, Position, eval_loader
+from src.engine.loop.data import BatchStream, Position, eval_loader
 
 
 def dataset(n: int = 50) -> TensorDataset:

@@ -13,9 +13,11 @@ from conftest import compose
 from hydra.utils import instantiate
 from smoke.lra import SMALL_LISTOPS, TINY, write_acl_imdb
 
-from src.engine import checkpoint, evaluation, train
-from src.engine.record import read_metrics
-from src.engine.trainer import Trainer
+from src.engine import train
+from src.engine.loop import evaluation
+from src.engine.loop.trainer import Trainer
+from src.engine.record import checkpoint
+from src.engine.record.files import read_metrics
 from src.errors import ConfigError
 from src.eval import main as eval_main
 from tasks.classification import Digits

@@ -18,9 +18,10 @@ from smoke.lra import SMALL_LISTOPS, TINY
 from test_eval import eval_cli
 
 from launch import report
-from src.engine import checkpoint, train
-from src.engine.identity import Identity, IdentityMismatch
-from src.engine.safe_config import UntrustedConfig, check_buildable
+from src.engine import train
+from src.engine.record import checkpoint
+from src.engine.record.identity import Identity, IdentityMismatch
+from src.engine.record.safe_config import UntrustedConfig, check_buildable
 
 QUICK = ["trainer.log_every=1", "trainer.monitor_every=0", "trainer.threads=1"]
 LISTOPS = ["task=lra_listops_small", *TINY, *SMALL_LISTOPS]
@@ -230,9 +231,10 @@ def test_a_record_made_before_a_class_moved_is_still_its_own(tmp_path, capsys):
     identity.json and checkpoints carry the hash written then; eval takes them as the record's."""
     import torch
 
-    from src.engine.identity import MOVED_TARGETS
+    from src.engine.record.identity import MOVED_TARGETS
 
-    ((old, new),) = MOVED_TARGETS.items()
+    old = "src.engine.schedule.RsqrtLRScheduler"  # before src/engine split into loop/ and record/
+    new = MOVED_TARGETS[old]
     _, run_dir = trained(tmp_path, "run", "sched=rsqrt")
     config = run_dir / "config.yaml"
     config.write_text(config.read_text().replace(new, old))

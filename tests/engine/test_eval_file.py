@@ -14,8 +14,9 @@ from conftest import compose
 from test_eval import eval_cli
 from test_eval_checks import payload_node
 
-from src.engine import checkpoint, train
-from src.engine.identity import Identity
+from src.engine import train
+from src.engine.record import checkpoint
+from src.engine.record.identity import Identity
 
 SHORT = ["trainer.max_steps=4", "trainer.val_every=2", "trainer.checkpoint_every=2", "trainer.log_every=1"]
 QUICK = ["trainer.monitor_every=0", "trainer.threads=1", "trainer.eval_batches=2"]

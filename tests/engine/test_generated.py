@@ -150,7 +150,8 @@ def test_first_use_says_in_one_line_what_was_generated_where_and_how_long_and_a_
         ensure_listops(folder, spec)
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("generated")]
     assert len(lines) == 1, lines
-    assert re.fullmatch(rf"generated ListOps \(40 train / 8 val / 8 test\) in {folder} in \d+\.\d s", lines[0])
+    expected = rf"generated ListOps \(40 train / 8 val / 8 test\) in {folder} in \d+\.\d s"
+    assert re.fullmatch(expected, lines[0])
     caplog.clear()
     with caplog.at_level(logging.INFO):
         ensure_listops(folder, spec)

@@ -8,7 +8,7 @@ import pytest
 from conftest import compose
 from omegaconf import OmegaConf
 
-from src.engine.identity import ABSENT, CHANGES_BITS, EXCLUDED, NO_BEARING, Identity, IdentityMismatch
+from src.engine.record.identity import ABSENT, CHANGES_BITS, EXCLUDED, NO_BEARING, Identity, IdentityMismatch
 
 CHANGED = {  # one new value for each key left out of the identity
     "logger": {"name": "wandb", "project": "p"},
@@ -91,7 +91,7 @@ def test_a_key_one_side_lacks_is_null_and_an_added_null_option_changes_nothing(t
 def test_a_record_naming_a_class_by_its_old_path_keeps_its_identity():
     """``conf/sched/rsqrt.yaml``'s class moved from tasks/lra to src/engine: a record made before
     the move resumes (same hash) and groups with new runs."""
-    from src.engine.identity import MOVED_TARGETS, Identity
+    from src.engine.record.identity import MOVED_TARGETS, Identity
 
     for old, new in MOVED_TARGETS.items():
         before = Identity({"sched": {"_target_": old, "warmup_steps": 10}, "seed": 0})
@@ -112,7 +112,7 @@ def test_code_version_ignores_a_venv_link_and_stray_files_but_not_code(tmp_path)
     """Finding 10: a `.venv` symlink (which `.venv/` in .gitignore did not match) and an untracked
     note outside the code folders leave the revision clean; an edited tracked file, or a new
     module under src/, make it `-dirty`."""
-    from src.engine.identity import revision_of
+    from src.engine.record.identity import revision_of
 
     repo = tmp_path / "repo"
     (repo / "src").mkdir(parents=True)
@@ -135,6 +135,6 @@ def test_code_version_ignores_a_venv_link_and_stray_files_but_not_code(tmp_path)
 
 def test_gitignore_matches_a_venv_link():
     """`.venv` (no slash) matches the folder and a link to one."""
-    from src.engine.identity import ROOT
+    from src.engine.record.identity import ROOT
 
     assert ".venv" in (ROOT / ".gitignore").read_text().splitlines()

@@ -15,8 +15,8 @@ import time
 import pytest
 from conftest import ROOT
 
-from src.engine import lock as lock_module
-from src.engine.lock import RunFolderBusy, RunLock
+from src.engine.record import lock as lock_module
+from src.engine.record.lock import RunFolderBusy, RunLock
 
 
 def test_a_second_holder_is_refused_naming_the_first(tmp_path):
@@ -32,7 +32,7 @@ def test_a_second_holder_is_refused_naming_the_first(tmp_path):
 
 def hold_lock_in_another_process(folder) -> subprocess.Popen:
     code = (
-        "import sys, time; from src.engine.lock import RunLock; "
+        "import sys, time; from src.engine.record.lock import RunLock; "
         f"RunLock({str(folder)!r}).acquire(); print('held', flush=True); time.sleep(600)"
     )
     holder = subprocess.Popen(

@@ -8,9 +8,9 @@ from conftest import compose
 from smoke.classification import TINY_IMAGENET
 
 from src.engine import train
-from src.engine.numerics import flush_denormals, flushing_denormals
-from src.engine.record import read_metrics
-from src.engine.trainer import Trainer
+from src.engine.loop.numerics import flush_denormals, flushing_denormals
+from src.engine.loop.trainer import Trainer
+from src.engine.record.files import read_metrics
 
 
 def losses(run_dir) -> list[float]:

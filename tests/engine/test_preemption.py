@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 from conftest import QUIET, ROOT, compose, run_cli
 
-from src.engine import checkpoint, train
-from src.engine.preemption import Preempted, exit_preempted
-from src.engine.record import read_metrics
+from src.engine import train
+from src.engine.loop.preemption import Preempted, exit_preempted
+from src.engine.record import checkpoint
+from src.engine.record.files import read_metrics
 
 SHORT = ["trainer.checkpoint_every=1000", "trainer.monitor_every=0", "trainer.threads=1"]
 NO_SLURM = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
@@ -165,7 +166,7 @@ def test_a_failed_requeue_is_one_warning_and_the_exit_stands(tmp_path, monkeypat
 AGREE = """
 import signal, sys, torch.distributed as td
 from src.engine.distributed import Dist
-from src.engine.preemption import PreemptionGuard
+from src.engine.loop.preemption import PreemptionGuard
 rank, store = int(sys.argv[1]), sys.argv[2]
 td.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
 guard, dist = PreemptionGuard(), Dist(rank, 2)

@@ -9,8 +9,8 @@ import math
 
 import pytest
 
-from src.engine import record as record_module
-from src.engine.record import RecordError, RunRecord, plain_json, read_metrics, write_atomic
+from src.engine.record import files as record_module
+from src.engine.record.files import RecordError, RunRecord, plain_json, read_metrics, write_atomic
 
 
 def strict_json(text: str):

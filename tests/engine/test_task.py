@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 from torch.utils.data import default_collate
 
 from src.engine import train
-from src.engine.record import read_metrics
+from src.engine.record.files import read_metrics
 from src.engine.task import ClassificationTask, Task, classification_sums
 
 COMMON = dict(name="t", input="image", batch_size=2, eval_batch_size=2)

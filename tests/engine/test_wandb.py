@@ -11,8 +11,8 @@ from conftest import compose
 from wandb_file import offline_records, offline_run
 
 from src.engine import train
-from src.engine.record import read_metrics
-from src.engine.tracking import main_metric, run_config, run_name, run_tags
+from src.engine.record.files import read_metrics
+from src.engine.record.tracking import main_metric, run_config, run_name, run_tags
 from src.errors import ConfigError
 
 SHORT = [
@@ -127,7 +127,7 @@ def test_a_new_record_gets_a_new_wandb_run(tmp_path, monkeypatch):
 
 
 def test_a_resumed_record_continues_its_wandb_run_without_sending_a_step_twice(tmp_path, monkeypatch):
-    from src.engine.trainer import Trainer
+    from src.engine.loop.trainer import Trainer
 
     runs = recording_init(monkeypatch)
     original = Trainer._optimizer_step
@@ -181,7 +181,7 @@ def test_the_main_metric_and_its_direction_come_from_the_task(tmp_path):
 
 
 def test_the_offline_summary_holds_the_best_not_the_last(tmp_path, monkeypatch):
-    from src.engine.trainer import Trainer
+    from src.engine.loop.trainer import Trainer
 
     accs = iter([0.25, 0.75, 0.5])  # validations at steps 2, 4, 6: the best is not the last
     monkeypatch.setattr(Trainer, "evaluate", lambda self, model, prefix="val": {f"{prefix}/acc": next(accs)})
@@ -207,7 +207,7 @@ def logged(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("WANDB_MODE", "offline")
         accs = iter([0.5, 0.25])  # the best is step 2's: best.pt is written once, last.pt twice
-        from src.engine.trainer import Trainer
+        from src.engine.loop.trainer import Trainer
 
         mp.setattr(Trainer, "evaluate", lambda self, model, prefix="val": {f"{prefix}/acc": next(accs)})
         run(tmp, "logger.log_checkpoints=true", "trainer.checkpoint_every=2")
@@ -283,7 +283,7 @@ def test_eval_with_logger_none_sends_nothing(logged, monkeypatch):
 
 
 def test_under_a_wandb_sweep_agent_the_run_takes_the_agents_id_and_is_in_a_sweep(monkeypatch):
-    from src.engine.tracking import in_sweep, new_run_id
+    from src.engine.record.tracking import in_sweep, new_run_id
 
     monkeypatch.delenv("WANDB_SWEEP_ID", raising=False)
     assert new_run_id() != new_run_id() and not in_sweep()

@@ -9,7 +9,7 @@ import pytest
 from launch.claims import CLAIMS, Claim
 from launch.records import Run
 from launch.verdicts import interval, stages, steps_to, verdicts
-from src.engine.identity import Identity
+from src.engine.record.identity import Identity
 
 FINAL = Claim("T-final", "T", "the variant trains better", "spectral", "final", "metric", ("digits",))
 

@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 
 from launch import report
 from launch.records import read_runs, read_wandb
-from src.engine.identity import Identity
+from src.engine.record.identity import Identity
 
 STEPS = list(range(100, 1001, 100))
 

@@ -22,7 +22,7 @@ from test_report import write_run
 
 from launch import report
 from launch.records import read_runs
-from src.engine.identity import MOVED_TARGETS, Identity
+from src.engine.record.identity import MOVED_TARGETS, Identity
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -14,7 +14,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from launch.callbacks import check_world
-from src.engine.identity import Identity
+from src.engine.record.identity import Identity
 from src.errors import ConfigError
 
 TASKS = sorted(p.stem for p in (CONF / "task").glob("*.yaml"))

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import QUIET, ROOT, run_cli
 
-from src.engine.record import read_metrics
+from src.engine.record.files import read_metrics
 
 SCRIPT = ROOT / "launch" / "local_slurm.sh"
 ON_LOCAL_CLUSTER = [

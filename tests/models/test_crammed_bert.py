@@ -17,9 +17,9 @@ from omegaconf import OmegaConf
 
 from src import attention
 from src.conditioning import ConditioningMonitor
-from src.engine import checkpoint
-from src.engine.optim import build_scheduler
-from src.engine.schedule import TriangleLRScheduler
+from src.engine.loop.optim import build_scheduler
+from src.engine.loop.schedule import TriangleLRScheduler
+from src.engine.record import checkpoint
 from src.errors import ConfigError
 from src.models.crammed_bert import CrammedBERT
 

@@ -9,8 +9,9 @@ import torch
 from conftest import compose
 from test_spikes import plant_spike
 
-from src.engine import checkpoint, train
-from src.engine.record import read_metrics
+from src.engine import train
+from src.engine.record import checkpoint
+from src.engine.record.files import read_metrics
 from src.sandbox.snapshot import Snapshot
 from tasks.modadd import SparseModularAddition
 

@@ -12,9 +12,10 @@ from conftest import compose
 from hydra.utils import instantiate
 from PIL import Image
 
-from src.engine import checkpoint, train
-from src.engine.record import read_metrics
-from src.engine.seeding import seed_everything
+from src.engine import train
+from src.engine.loop.seeding import seed_everything
+from src.engine.record import checkpoint
+from src.engine.record.files import read_metrics
 from src.models.sandbox import ClusteringHead, RMSNorm
 from src.sandbox.compare import compare_figure, compare_gif, main
 from src.sandbox.frames import planar

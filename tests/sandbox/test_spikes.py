@@ -7,8 +7,9 @@ import json
 import torch
 from conftest import compose
 
-from src.engine import shared_loop, train
-from src.engine.record import read_metrics
+from src.engine import train
+from src.engine.loop import shared_loop
+from src.engine.record.files import read_metrics
 from src.models.sandbox import ClusteringHead
 from src.sandbox.page import spike_events
 from src.sandbox.spikes import SpikeDetector, grad_norms, module_of, norm_jacobian_max

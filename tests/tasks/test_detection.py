@@ -90,8 +90,8 @@ from mmengine.config import Config  # noqa: E402
 from smoke.detection import OVERRIDES, SHAPES_AS, write_coco_fixture  # noqa: E402
 
 from src.engine import train  # noqa: E402
-from src.engine.record import read_metrics  # noqa: E402
-from src.engine.recorder import Recorder  # noqa: E402
+from src.engine.record.files import read_metrics  # noqa: E402
+from src.engine.record.recorder import Recorder  # noqa: E402
 from src.errors import ConfigError, DataError  # noqa: E402
 from tasks.detection.config import build_config  # noqa: E402
 from tasks.detection.record import SuiteRecordHook  # noqa: E402
@@ -241,9 +241,9 @@ def test_embedded_default_learns_the_shapes(tmp_path):
 def test_a_validation_without_any_prediction_is_recorded_as_ap_zero(tmp_path):
     from types import SimpleNamespace
 
-    from src.engine.identity import Identity
-    from src.engine.record import RunRecord
-    from src.engine.session import Opening, Session
+    from src.engine.record.files import RunRecord
+    from src.engine.record.identity import Identity
+    from src.engine.record.session import Opening, Session
 
     session = Session(RunRecord(tmp_path), Identity({}), Opening("fresh", "id"))
     hook = SuiteRecordHook(
@@ -356,9 +356,9 @@ def test_mmengine_checkpoints_load_without_getattr(tmp_path):
 
     from mmengine.logging import MessageHub
 
-    from src.engine.identity import Identity
-    from src.engine.record import RunRecord
-    from src.engine.session import Opening, Session
+    from src.engine.record.files import RunRecord
+    from src.engine.record.identity import Identity
+    from src.engine.record.session import Opening, Session
     from tasks.detection.checkpoints import mmengine_checkpoints_load, mmengine_globals
 
     assert getattr not in mmengine_globals() and not {eval, exec, __import__} & set(mmengine_globals())

@@ -16,9 +16,10 @@ import torch.nn.functional as F
 from conftest import CONF, compose, run_cli
 from smoke.lm import documents, lines, write_gpt2_format_bpe, write_parquet, write_save_to_disk
 
-from src.engine import checkpoint, train
+from src.engine import train
 from src.engine.generated import file_lock
-from src.engine.record import read_metrics
+from src.engine.record import checkpoint
+from src.engine.record.files import read_metrics
 from src.errors import ConfigError, DataError
 from tasks.lm import CharCorpus, TinyStories, WikiText103
 from tasks.lm.cache import TokenWindows, cached_tokens, unigram_entropy

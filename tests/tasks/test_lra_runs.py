@@ -10,8 +10,8 @@ import pytest
 import torch
 from conftest import compose, run_cli
 
-from src.engine.optim import build_scheduler
-from src.engine.schedule import RsqrtLRScheduler
+from src.engine.loop.optim import build_scheduler
+from src.engine.loop.schedule import RsqrtLRScheduler
 
 
 def test_the_rsqrt_schedule_warms_up_linearly_then_decays_as_one_over_sqrt_t(tmp_path):

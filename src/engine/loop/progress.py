@@ -13,6 +13,8 @@ import sys
 import time
 from typing import Protocol
 
+from ..record.announce import clock
+
 log = logging.getLogger("src.progress")
 
 
@@ -64,13 +66,6 @@ def progress_line(
     left = elapsed / done * (total - step) if done > 0 else None
     times = f"{clock(elapsed)} elapsed" + (f", {clock(left)} left" if left is not None else "")
     return f"{description} step {step}/{total} ({100 * step / max(total, 1):.0f}%) {shown} · {times}"
-
-
-def clock(seconds: float) -> str:
-    """``h:mm:ss`` or ``m:ss``."""
-    minutes, secs = divmod(round(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
 class TqdmProgress:

@@ -1,8 +1,8 @@
 """Where a session's numbers go: one object that every loop writes its rows through.
 
-The shared :class:`src.engine.trainer.Trainer` and detection's mmengine hook
+The shared :class:`src.engine.loop.trainer.Trainer` and detection's mmengine hook
 (:mod:`tasks.detection.record`) both log through a :class:`Recorder`, which writes each row into
-the record (:class:`src.engine.record.RunRecord`, main process only) and sends the same numbers
+the record (:class:`src.engine.record.files.RunRecord`, main process only) and sends the same numbers
 to W&B (:mod:`.tracking`, when ``logger=wandb``). At the end of the session the pipeline
 (:func:`src.engine.experiment.train`) writes the summary through it and closes W&B, whatever
 happened; for a failure it asks it how far the session got.
@@ -11,14 +11,13 @@ happened; for a failure it asks it how far the session got.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from .announce import announce, start_line
-from .record import RunRecord
+from .files import RunRecord
 from .session import Session
 from .tracking import WandbLogger, in_sweep, main_metric, run_config, run_name, run_tags
 
@@ -32,7 +31,7 @@ class Recorder:
     def __init__(self, session: Session, cfg: DictConfig | None = None) -> None:
         self.session, self.record, self.cfg = session, session.record, cfg
         self.wandb: WandbLogger | None = None
-        self.loop_step: Callable[[], int] | None = None  # the loop's step, set by a loop that counts them
+        self.loop_step: int | None = None  # the step the loop has reached (trained_to)
 
     def __enter__(self) -> Recorder:
         return self
@@ -66,6 +65,11 @@ class Recorder:
         if self.cfg is not None and self.record.enabled:
             announce(start_line(self.cfg, self.record.dir, self.session.kind, step, total, batch))
 
+    def trained_to(self, step: int) -> None:
+        """The loop has reached ``step`` (resumed at it or finished it): how far this session got,
+        should it fail. A loop that does not say (detection's) is measured by its last row."""
+        self.loop_step = step
+
     def log(self, step: int, split: str, metrics: dict[str, float]) -> None:
         """One row at ``step``: into ``metrics.jsonl`` (main process) and to W&B."""
         self.record.log(step, split, metrics)
@@ -93,7 +97,7 @@ class Recorder:
         """How far this session got, for a failure's record: the loop's step when this session
         trained (wrote rows or a checkpoint), else the record's last logged step."""
         if self.loop_step is not None and self.record.touched:
-            return self.loop_step()
+            return self.loop_step
         return recorded_steps(self.record)
 
 

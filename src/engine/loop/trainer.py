@@ -14,7 +14,6 @@ import contextlib
 import dataclasses
 import logging
 import math
-import re
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -28,17 +27,18 @@ from src.conditioning import ConditioningMonitor
 from src.conditioning.collapse import collapse_warning
 from src.errors import SuiteError
 
-from . import checkpoint, evaluation
-from .batching import BatchPlan, plan_batch
+from ..batching import BatchPlan, plan_batch
+from ..distributed import Dist
+from ..record import checkpoint
+from ..record.recorder import Recorder, kept_best
+from ..record.session import Session
+from . import evaluation
 from .data import BatchStream, Position, eval_loader, to_device
-from .distributed import Dist
 from .preemption import Preempted, PreemptionGuard
 from .progress import make_progress
-from .recorder import Recorder, kept_best
-from .session import Session
 
 if TYPE_CHECKING:
-    from .task import Task
+    from ..task import Task
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,6 @@ class Trainer:
         self.batch = batch or plan_batch(task.batch_size, cfg.accumulate, dist.world)
         self.optimizer, self.scheduler, self.session, self.dist = optimizer, scheduler, session, dist
         self.record, self.recorder = session.record, recorder
-        recorder.loop_step = lambda: self.state.step  # how far a failed session got
         self.train_set, self.val_set = datasets
         self.seed, self.total_steps, self.ema = seed, total_steps, ema
         self.model = model
@@ -113,6 +112,7 @@ class Trainer:
         """Train to ``total_steps``, resuming from ``last.pt`` when the run folder has one."""
         self._resume()
         cfg, state = self.cfg, self.state
+        self.recorder.trained_to(state.step)
         self.recorder.begin(state.step, self.total_steps, self.batch.text())
         self.stream = self._stream()
         batches = iter(self.stream)
@@ -128,6 +128,7 @@ class Trainer:
                 loss = self._optimizer_step(batches)
                 window_samples += self.batch.global_batch
                 state.step += 1
+                self.recorder.trained_to(state.step)
                 if self._hook_metrics:
                     self._log("train", self._hook_metrics)
                     self._hook_metrics = None
@@ -251,7 +252,7 @@ class Trainer:
 
     def evaluate(self, model: nn.Module, prefix: str = "val") -> dict[str, float]:
         """The task's metrics over the validation set (or ``eval_batches`` of it), all processes;
-        computed by :func:`src.engine.evaluation.evaluate`, as ``python -m src.eval`` does."""
+        computed by :func:`src.engine.loop.evaluation.evaluate`, as ``python -m src.eval`` does."""
         metrics, _ = evaluation.evaluate(
             self.task, model, self.val_set, self.dist, self.autocast, self.cfg.eval_batches, prefix
         )
@@ -387,8 +388,8 @@ class Trainer:
             self.raw_model.load_state_dict(saved["model"])
         except RuntimeError as error:  # another architecture: missing, unexpected or reshaped weights
             raise checkpoint.CheckpointError(
-                f"checkpoint {path} does not fit this model ({mismatch_summary(error)}); the code or the "
-                "backbone changed since it was written: check out the code that wrote it "
+                f"checkpoint {path} does not fit this model ({checkpoint.mismatch_summary(error)}); "
+                "the code or the backbone changed since it was written: check out the code that wrote it "
                 "(summary.json's sessions), or rerun with trainer.resume=restart to start over"
             ) from error
         self.optimizer.load_state_dict(saved["optimizer"])
@@ -402,16 +403,3 @@ class Trainer:
         if saved.get("task") is not None:
             self.task.load_state_dict(saved["task"])
         self.record.continue_after(self.state.step)
-
-
-def mismatch_summary(error: RuntimeError) -> str:
-    """torch's ``load_state_dict`` error in a line: how many weights are missing, unexpected or
-    of another shape, with the first of each."""
-    text, parts = str(error), []
-    for label, heading in (("missing", "Missing key(s)"), ("unexpected", "Unexpected key(s)")):
-        listed = re.search(re.escape(heading) + r" in state_dict: (.*)", text)
-        if listed and (keys := re.findall(r'"([^"]+)"', listed.group(1))):
-            parts.append(f"{len(keys)} {label} weights, e.g. {keys[0]}")
-    if shapes := re.findall(r"size mismatch for ([^:]+):", text):
-        parts.append(f"{len(shapes)} of another shape, e.g. {shapes[0]}")
-    return "; ".join(parts) or text.strip().splitlines()[0]

@@ -1,8 +1,8 @@
 """Evaluation: a task's metrics over a data set, and a run's checkpoint evaluated on a split.
 
 One code path computes every number a run reports of a model: the loop's validation
-(:meth:`src.engine.trainer.Trainer.evaluate`), the test at the end of training
-(``trainer.test_after``, :func:`src.engine.shared_loop.fit_shared`) and ``python -m src.eval``
+(:meth:`src.engine.loop.trainer.Trainer.evaluate`), the test at the end of training
+(``trainer.test_after``, :func:`src.engine.loop.shared_loop.fit_shared`) and ``python -m src.eval``
 (:mod:`src.eval`). A checkpoint's evaluation is written beside the record as
 ``eval-<split>.json`` (:func:`write_result`); the record's own files are never rewritten.
 
@@ -14,7 +14,7 @@ One code path computes every number a run reports of a model: the loop's validat
      "overrides": [], "data_dir": "/abs/data", "wall_s": 3.2, "time": "…", "git": "<revision>"}
 
 ``identity`` is the hash of the configuration evaluated and ``record_identity`` the record's
-(:mod:`.identity`); they differ where an override changed what is measured (``task.val_fraction``,
+(:mod:`..record.identity`); they differ where an override changed what is measured (``task.val_fraction``,
 another ``paths.data_dir``), and such a result goes to ``eval-<split>.<identity>.json`` instead, so
 that the report, which uses an evaluation only where the two agree, never takes it for the run's.
 """
@@ -34,14 +34,14 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from . import checkpoint
+from ..distributed import Dist
+from ..record import checkpoint
+from ..record.files import plain_json, write_atomic
+from ..record.identity import git_revision
 from .data import eval_loader, to_device
-from .distributed import Dist
-from .identity import git_revision
-from .record import plain_json, write_atomic
 
 if TYPE_CHECKING:
-    from .task import Task
+    from ..task import Task
 
 log = logging.getLogger(__name__)
 
@@ -210,8 +210,6 @@ def check_owner(state: dict[str, Any], path: Path, identity: str | Collection[st
 def load_weights(model: nn.Module, opened: Opened) -> nn.Module | None:
     """Load an opened checkpoint's weights into ``model``; a copy of ``model`` with its EMA
     weights when it has them (else None)."""
-    from .trainer import mismatch_summary  # the trainer imports this module
-
     saved = opened.state
     try:
         model.load_state_dict(saved["model"])
@@ -222,7 +220,7 @@ def load_weights(model: nn.Module, opened: Opened) -> nn.Module | None:
     except RuntimeError as error:  # another architecture than the checkpoint's
         raise checkpoint.CheckpointError(
             f"checkpoint {opened.path} does not fit the model built from the run's config.yaml "
-            f"({mismatch_summary(error)}): the code or an override changed the architecture"
+            f"({checkpoint.mismatch_summary(error)}): the code or an override changed the architecture"
         ) from error
     return ema
 

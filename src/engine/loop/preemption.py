@@ -29,8 +29,8 @@ import torch
 
 from src.errors import SuiteError
 
-from .announce import shown
-from .distributed import Dist
+from ..distributed import Dist
+from ..record.announce import shown
 
 log = logging.getLogger(__name__)
 

@@ -1,8 +1,10 @@
-"""The shared loop's assembly: what :meth:`Task.fit <src.engine.task.Task.fit>` does by default.
+"""The shared loop's assembly: how a task trains unless it has a loop of its own
+(:meth:`Task.fit <src.engine.task.Task.fit>`); :func:`src.engine.experiment.train` calls it.
 
-The task builds its data and model; the variant is applied; optimizer, schedule and EMA come
-from their config groups; :class:`~src.engine.trainer.Trainer` trains. Classification, LRA, LM
-and the sandbox train here; detection overrides ``fit`` with mmengine's Runner.
+The task builds its data, then its model with the variant applied (:func:`.model.build_model`);
+optimizer, schedule and EMA come from their config groups; :class:`~src.engine.loop.trainer.Trainer`
+trains. Classification, LRA, LM and the sandbox train here; detection overrides ``fit`` with
+mmengine's Runner.
 
 With ``trainer.test_after`` (best or last), the checkpoint it names is evaluated on the task's
 test split when training ends (:mod:`.evaluation`, as ``python -m src.eval`` does): written to
@@ -21,16 +23,16 @@ from typing import TYPE_CHECKING, Any
 from omegaconf import DictConfig
 from timm.utils import ModelEmaV3
 
-from src import attention
 from src.errors import DataError, message_of
 
+from ..batching import plan_batch
 from . import evaluation
-from .batching import plan_batch
+from .model import build_model
 from .optim import build_optimizer, build_scheduler
 from .trainer import Trainer
 
 if TYPE_CHECKING:
-    from .task import Run, Task
+    from ..task import Run, Task
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +42,7 @@ def fit_shared(task: Task, run: Run) -> dict[str, Any]:
     cfg, dist = run.cfg, run.dist
     batch = plan_batch(task.batch_size, cfg.trainer.accumulate, dist.world)  # refuses a world it cannot keep
     datasets = task.datasets(Path(cfg.paths.data_dir))
-    model = task.build_model(cfg.backbone)
-    attention.apply(model, attention.variant_from_config(cfg.attn))  # checked and completed by train()
+    model = build_model(cfg, task, run.variant)  # the variant train() built as it checked cfg.attn
     task.prepare_model(model)
     model.to(dist.device)
     steps_per_epoch = max(1, len(datasets[0]) // batch.global_batch)  # the same on any number of processes

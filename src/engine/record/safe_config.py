@@ -25,7 +25,7 @@ import yaml
 
 from src.errors import ConfigError
 
-CONF = Path(__file__).resolve().parents[2] / "conf"
+CONF = Path(__file__).resolve().parents[3] / "conf"
 TARGET = "_target_"
 
 

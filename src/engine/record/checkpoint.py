@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import shutil
 import warnings
 from collections.abc import Callable
@@ -210,3 +211,16 @@ def unreadable_reason(error: Exception) -> str:
     first = text.strip().splitlines()[0] if text.strip() else ""
     first = first.split(". This is an internal")[0]  # the zip reader's advice follows
     return f"{type(error).__name__}: {first}".rstrip(": ")
+
+
+def mismatch_summary(error: RuntimeError) -> str:
+    """torch's ``load_state_dict`` error in a line: how many weights are missing, unexpected or
+    of another shape, with the first of each."""
+    text, parts = str(error), []
+    for label, heading in (("missing", "Missing key(s)"), ("unexpected", "Unexpected key(s)")):
+        listed = re.search(re.escape(heading) + r" in state_dict: (.*)", text)
+        if listed and (keys := re.findall(r'"([^"]+)"', listed.group(1))):
+            parts.append(f"{len(keys)} {label} weights, e.g. {keys[0]}")
+    if shapes := re.findall(r"size mismatch for ([^:]+):", text):
+        parts.append(f"{len(shapes)} of another shape, e.g. {shapes[0]}")
+    return "; ".join(parts) or text.strip().splitlines()[0]

@@ -1,5 +1,5 @@
 """Learning-rate schedules that timm lacks, stepped per optimizer update by the shared loop like
-timm's own (``conf/sched/``; :func:`src.engine.optim.build_scheduler` builds them).
+timm's own (``conf/sched/``; :func:`src.engine.loop.optim.build_scheduler` builds them).
 
 :class:`RsqrtLRScheduler` is ``constant * linear_warmup * rsqrt_decay``, the schedule of LRA's
 text tasks (and of the original Transformer): ``lr(t) = lr · min(1, t / warmup) /
@@ -43,7 +43,7 @@ class TriangleLRScheduler(Scheduler):
     """Cramming's triangle: from ``base_fraction`` of the peak up to it at ``(1 - falloff)`` of
     ``t_initial`` updates, then down to 0 at ``t_initial`` (module docstring).
 
-    The rise is the warm-up: ``warmup_t`` (which :func:`src.engine.optim.build_scheduler` always
+    The rise is the warm-up: ``warmup_t`` (which :func:`src.engine.loop.optim.build_scheduler` always
     passes) must be 0, so that a warm-up set for another schedule is not silently dropped.
     """
 

@@ -16,8 +16,6 @@ from omegaconf import DictConfig
 
 from src import attention
 
-from .progress import clock
-
 log = logging.getLogger("src.run")
 
 
@@ -95,3 +93,10 @@ def number(value: Any) -> str:
 
 def announce(line: str) -> None:
     log.info(line)
+
+
+def clock(seconds: float) -> str:
+    """``h:mm:ss`` or ``m:ss``."""
+    minutes, secs = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"

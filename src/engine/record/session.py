@@ -33,10 +33,10 @@ from omegaconf import DictConfig, OmegaConf
 from src.errors import ConfigError, SuiteError
 from src.resolvers import legacy_folder
 
-from .distributed import Dist
+from ..distributed import Dist
+from .files import RunRecord, holds_record, move_record
 from .identity import Identity, code_version
 from .lock import RunLock
-from .record import RunRecord, holds_record, move_record
 from .tracking import new_run_id
 
 log = logging.getLogger(__name__)

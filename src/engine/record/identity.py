@@ -56,7 +56,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from src.errors import ConfigError
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 NO_BEARING = (
     "logger",
@@ -77,7 +77,11 @@ CHANGES_BITS = ("trainer.threads", "trainer.device", "trainer.compile", "trainer
 EXCLUDED = NO_BEARING + CHANGES_BITS
 #: Classes that moved: a record made before the move names the old path in its ``_target_``; the
 #: identity compares the new one, so that the record still resumes and groups with new runs.
-MOVED_TARGETS = {"tasks.lra.schedule.RsqrtLRScheduler": "src.engine.schedule.RsqrtLRScheduler"}
+MOVED_TARGETS = {
+    "tasks.lra.schedule.RsqrtLRScheduler": "src.engine.loop.schedule.RsqrtLRScheduler",
+    "src.engine.schedule.RsqrtLRScheduler": "src.engine.loop.schedule.RsqrtLRScheduler",
+    "src.engine.schedule.TriangleLRScheduler": "src.engine.loop.schedule.TriangleLRScheduler",
+}
 ABSENT = type("Absent", (), {"__repr__": lambda self: "null"})()  # a key one side lacks (or sets null)
 
 

@@ -1,0 +1,4 @@
+"""The run record: the files a run leaves in its folder, its identity, lock, session, checkpoints,
+the recorder that writes rows and W&B, and what a run announces. It imports nothing of
+:mod:`src.engine.loop`, :mod:`src.engine.task` or :mod:`src.engine.experiment`; of the engine's
+top level only :mod:`src.engine.distributed` (which process writes)."""
