@@ -196,8 +196,8 @@ def job_status(job: Path) -> str:
 
 def check_world(config: DictConfig) -> None:
     """A SLURM job whose processes (nodes × GPUs a node) cannot keep the recipe's global batch is
-    refused before anything is submitted (src/engine/batching.py; each job checks again itself)."""
-    from src.engine.batching import plan_for, slurm_world
+    refused before anything is submitted (src/engine/loop/batching.py; each job checks again itself)."""
+    from src.engine.loop.batching import plan_for, slurm_world
 
     launcher = config.hydra.launcher
     try:

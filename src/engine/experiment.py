@@ -31,9 +31,9 @@ from src import attention
 from src.attention import Composition, Variant
 from src.errors import SuiteError, message_of
 
-from .batching import plan_for
 from .compatible import check_compatible, compatible_backbones  # noqa: F401  (re-exported)
 from .distributed import Dist
+from .loop.batching import plan_for
 from .loop.numerics import flush_denormals
 from .loop.preemption import Preempted
 from .loop.seeding import seed_everything

@@ -1,11 +1,11 @@
-"""The recipe's global batch (src/engine/batching.py): kept on any number of processes that
+"""The recipe's global batch (src/engine/loop/batching.py): kept on any number of processes that
 divides it, the recipe as written on one, refused in one line where it cannot be kept."""
 
 from __future__ import annotations
 
 import pytest
 
-from src.engine.batching import BatchPlan, plan_batch
+from src.engine.loop.batching import BatchPlan, plan_batch
 from src.errors import ConfigError
 
 

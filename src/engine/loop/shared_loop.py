@@ -25,8 +25,8 @@ from timm.utils import ModelEmaV3
 
 from src.errors import DataError, message_of
 
-from ..batching import plan_batch
 from . import evaluation
+from .batching import plan_batch
 from .model import build_model
 from .optim import build_optimizer, build_scheduler
 from .trainer import Trainer

@@ -27,12 +27,12 @@ from src.conditioning import ConditioningMonitor
 from src.conditioning.collapse import collapse_warning
 from src.errors import SuiteError
 
-from ..batching import BatchPlan, plan_batch
 from ..distributed import Dist
 from ..record import checkpoint
 from ..record.recorder import Recorder, kept_best
 from ..record.session import Session
 from . import evaluation
+from .batching import BatchPlan, plan_batch
 from .data import BatchStream, Position, eval_loader, to_device
 from .preemption import Preempted, PreemptionGuard
 from .progress import make_progress
@@ -84,7 +84,7 @@ class Trainer:
         batch: BatchPlan | None = None,
     ) -> None:
         self.cfg, self.task, self.raw_model = cfg, task, model
-        # the recipe's global batch over this run's processes (src/engine/batching.py)
+        # the recipe's global batch over this run's processes (loop/batching.py)
         self.batch = batch or plan_batch(task.batch_size, cfg.accumulate, dist.world)
         self.optimizer, self.scheduler, self.session, self.dist = optimizer, scheduler, session, dist
         self.record, self.recorder = session.record, recorder
