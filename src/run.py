@@ -63,7 +63,7 @@ def refuse_list_selection(overrides: list[str]) -> None:
             names = value.strip("[]").replace(" ", "")
             raise ConfigError(
                 f"attn={value} merges the variants' files into one config; to apply several variants "
-                f"in order use attn=compose 'attn.parts=[{names}]' (README: Compositions)"
+                f"in order use attn=compose 'attn.parts=[{names}]' (docs/variants.md: Compositions)"
             )
 
 

@@ -9,7 +9,7 @@
 :class:`Variant`, and one config ``conf/attn/<name>.yaml``: every module here is imported when
 the package is, so nothing else names it. A variant that lives in another package registers
 through the entry-point group ``conditioned_attention.variants`` (its config joins through
-``hydra.searchpath``); see the README's "Adding a variant".
+``hydra.searchpath``); see docs/extending.md.
 """
 
 import importlib

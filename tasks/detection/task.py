@@ -42,8 +42,8 @@ DETECTOR_DEFAULTS = {
 
 INSTALL_HINT = (
     "the detection tasks need the `detection` extra (mmcv 2.1.0 with its compiled ops, mmdet 3.3.0, "
-    "mmengine, pycocotools): pip install -e '.[detection]' (README, section Detection, says how to "
-    "get mmcv for your torch)"
+    "mmengine, pycocotools): run `make detection` (builds mmcv once, about 30 minutes on 2 cores, "
+    "kept in a cache) or `make install DETECTION=1`; docs/tasks.md, Detection (COCO), says more"
 )
 
 
