@@ -59,8 +59,11 @@ from .results import (
 from .verdicts import claims_section, verdicts
 
 
-def markdown(cells: list[Cell], conv: list[Convergence], runs: list[Run]) -> str:
-    """The whole report: the results table, P4's steps, the claims, the runs not counted."""
+def markdown(
+    cells: list[Cell], conv: list[Convergence], runs: list[Run], margins: dict[str, float] | None = None
+) -> str:
+    """The whole report: the results table, P4's steps, the claims (``margins``: the user's δ by
+    claim), the runs not counted."""
     lines = [
         "# Results",
         "",
@@ -100,7 +103,7 @@ def markdown(cells: list[Cell], conv: list[Convergence], runs: list[Run]) -> str
             f"{v.reached}/{v.seeds} | "
             f"{ratio} | {p4_ratio} |"
         )
-    sections = [*glue_section(runs), *claims_section(verdicts(runs)), *not_counted(runs)]
+    sections = [*glue_section(runs), *claims_section(verdicts(runs, margins=margins)), *not_counted(runs)]
     return "\n".join([*lines, *sections]) + "\n"
 
 
@@ -302,6 +305,25 @@ def read_exports_csv(path: Path) -> list[dict[str, Any]]:
         return [{k: typed(k, v) for k, v in row.items()} for row in csv.DictReader(f)]
 
 
+def parse_margins(items: list[str]) -> dict[str, float]:
+    """``["P2-image=0.01"]`` as ``{"P2-image": 0.01}``; a ValueError naming what is wrong."""
+    from .claims import CLAIMS
+
+    keys = [c.key for c in CLAIMS]
+    margins = {}
+    for item in items:
+        key, _, value = item.partition("=")
+        if key not in keys:
+            raise ValueError(f"--margin {item}: no claim {key!r} (claims: {', '.join(keys)})")
+        try:
+            margins[key] = float(value)
+        except ValueError:
+            raise ValueError(f"--margin {item}: {value!r} is not a number (e.g. {key}=0.01)") from None
+        if not margins[key] > 0:
+            raise ValueError(f"--margin {item}: a margin is a positive effect size")
+    return margins
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m launch.report", description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -311,7 +333,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--out", type=Path, help="where report.md and the plots go (default: <first RUN_DIR>/report)"
     )
+    parser.add_argument(
+        "--margin",
+        action="append",
+        default=[],
+        metavar="CLAIM=DELTA",
+        help="a claim's smallest effect of interest, in its measure's units (P2-image=0.01); repeatable",
+    )
     args = parser.parse_args(argv)
+    try:
+        margins = parse_margins(args.margin)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     if not args.runs and not args.wandb:
         parser.error("give run folders, --wandb ENTITY/PROJECT, or both")
     runs = read_runs(args.runs) + (read_wandb(args.wandb) if args.wandb else [])
@@ -323,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     out = args.out or (args.runs[0] / "report" if args.runs else Path("report"))
-    text = markdown(table(runs), convergence(runs), runs)
+    text = markdown(table(runs), convergence(runs), runs, margins)
     plots = pngs(runs)
     try:
         write_files(out, {"report.md": text.encode(), **exports(export_rows(runs)), **plots})

@@ -9,7 +9,13 @@ experiment in :mod:`launch.records`' sense), never pooled over readings:
   identity but the variant), its mean and a 95% Student-t interval over the seeds
   (``n − 1`` degrees of freedom; no interval below two seeds);
 * *reproduced*: the interval excludes 0 on the paper's side; *contradicted*: it excludes 0 on
-  the other side; *inconclusive*: it contains 0. κ effects are in log10 (a factor of 10 is 1).
+  the other side; *equivalent*: the claim declares a margin δ and the 90% interval lies inside
+  ±δ (the two one-sided tests: no effect as large as the paper's); *inconclusive*: none of these
+  (:mod:`launch.stats`). κ effects are in log10 (a factor of 10 is 1);
+* a claim's readings on one task are one family: the verdict is also given with Holm-adjusted
+  p-values (``adjusted``), and a verdict that holds only unadjusted is marked so in the report;
+* the report gives each row's minimum detectable effect at 80% power with the seeds it has, and
+  the seeds a test of δ would need.
 
 Measures (a claim's ``measure``):
 
@@ -34,6 +40,7 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 
+from . import stats
 from .claims import CHECKED_BY_TESTS, CLAIMS, Claim
 from .records import Run, options
 from .results import fmt
@@ -56,17 +63,28 @@ class Verdict:
     note: str = ""
     claimed_sign: int = 1  # +1: the paper says the effect is positive; -1: negative
     metric: str = ""  # the runs' main metric (for ``final``: how to print it)
+    test: stats.PairedTest | None = None  # the paired test behind the interval (None below 2 seeds)
+    margin: float | None = None  # δ, the smallest effect of interest (the claim's, or the user's)
+    adjusted: str = ""  # the verdict with the family's Holm-adjusted p-values (set by verdicts())
 
     @property
     def verdict(self) -> str:
-        if self.low is None or self.high is None:
+        """The verdict at the unadjusted levels (:func:`launch.stats.three_way`)."""
+        if self.test is None:
             return "no data" if self.n == 0 else "inconclusive"
-        side = self.claimed_sign
-        if (side > 0 and self.low > 0) or (side < 0 and self.high < 0):
-            return "reproduced"
-        if (side > 0 and self.high < 0) or (side < 0 and self.low > 0):
-            return "contradicted"
-        return "inconclusive"
+        return stats.three_way(self.test.p_for, self.test.p_against, self.test.p_equivalent)
+
+    @property
+    def detectable(self) -> float | None:
+        """The smallest effect these seeds detect with 80% power, from the differences' spread."""
+        return None if self.test is None else stats.min_detectable_effect(self.test.sd, self.n)
+
+    @property
+    def seeds_for_margin(self) -> int | None:
+        """The seeds a test of δ would need at 80% power (None without δ or without a spread)."""
+        if self.test is None or self.margin is None:
+            return None
+        return stats.seeds_needed(self.test.sd, self.margin)
 
 
 def interval(diffs: list[float], confidence: float = 0.95) -> tuple[float | None, float | None]:
@@ -120,15 +138,42 @@ def measure(run: Run, claim: Claim, target: float | None) -> float | None:
     raise ValueError(f"unknown measure {claim.measure!r}")
 
 
-def verdicts(runs: list[Run], claims: list[Claim] = CLAIMS) -> list[Verdict]:
-    """Every claim on every task it names, for every reading of its variant found in ``runs``."""
+def verdicts(
+    runs: list[Run], claims: list[Claim] = CLAIMS, margins: dict[str, float] | None = None
+) -> list[Verdict]:
+    """Every claim on every task it names, for every reading of its variant found in ``runs``;
+    ``margins`` (``{claim key: δ}``) replaces the claims' own. Each claim's readings on one task are
+    a family, adjusted together (:func:`adjust`)."""
     done = [r for r in runs if r.status == "completed" and r.metric in r.final]
     out = []
     for claim in claims:
+        margin = (margins or {}).get(claim.key, claim.margin)
         for task in claim.tasks:
             here = [r for r in done if r.task == task]
-            out += _stages(claim, task, here) if claim.measure == "stages" else _paired(claim, task, here)
+            found = (
+                _stages(claim, task, here)
+                if claim.measure == "stages"
+                else _paired(claim, task, here, margin)
+            )
+            out += adjust(found)
     return out
+
+
+def adjust(family: list[Verdict]) -> list[Verdict]:
+    """Set each verdict's ``adjusted`` from Holm's adjustment of the family's p-values (each
+    side and the equivalence tested separately, each at its own level)."""
+    tested = [v for v in family if v.test is not None]
+    p_for = stats.holm([v.test.p_for for v in tested])
+    p_against = stats.holm([v.test.p_against for v in tested])
+    with_margin = [v for v in tested if v.test.p_equivalent is not None]
+    p_equivalent = dict(
+        zip(map(id, with_margin), stats.holm([v.test.p_equivalent for v in with_margin]), strict=True)
+    )
+    for v, up, down in zip(tested, p_for, p_against, strict=True):
+        v.adjusted = stats.three_way(up, down, p_equivalent.get(id(v)))
+    for v in family:
+        v.adjusted = v.adjusted or v.verdict
+    return family
 
 
 def reading_labels(runs: list[Run]) -> dict[str, str]:
@@ -143,7 +188,7 @@ def reading_labels(runs: list[Run]) -> dict[str, str]:
     return labels
 
 
-def _paired(claim: Claim, task: str, runs: list[Run]) -> list[Verdict]:
+def _paired(claim: Claim, task: str, runs: list[Run], margin: float | None = None) -> list[Verdict]:
     """The claim against ``standard`` in the same setting, one verdict per reading."""
     readings: dict[str, list[Run]] = defaultdict(list)
     for r in runs:
@@ -168,6 +213,7 @@ def _paired(claim: Claim, task: str, runs: list[Run]) -> list[Verdict]:
             if claim.better == "lower" or (claim.better == "metric" and not base[0].higher_is_better)
             else 1
         )
+        test = stats.paired_test(diffs, sign, margin)
         out.append(
             Verdict(
                 claim,
@@ -182,6 +228,8 @@ def _paired(claim: Claim, task: str, runs: list[Run]) -> list[Verdict]:
                 _entropy(members),
                 claimed_sign=sign,
                 metric=base[0].metric or "",
+                test=test,
+                margin=margin,
             )
         )
     return out
@@ -200,9 +248,9 @@ def _stages(claim: Claim, task: str, runs: list[Run]) -> list[Verdict]:
         low, high = interval(values)
         note = f"{len(values)} of {len(members)} seeds learn (reach 95%)"
         mean = statistics.fmean(values) if values else None
-        out.append(
-            Verdict(claim, task, "—", len(values), None, mean, mean, low, high, _entropy(members), note)
-        )
+        verdict = Verdict(claim, task, "—", len(values), None, mean, mean, low, high, _entropy(members), note)
+        verdict.test = stats.paired_test(values)
+        out.append(verdict)
     return out
 
 
@@ -228,7 +276,12 @@ def claims_section(found: list[Verdict]) -> list[str]:
         "is the main metric's final validation value, split `val`; κ as "
         "10^mean log10), *effect* the mean per-seed difference (κ in log10) with its 95% Student-t "
         "interval. *reproduced*: the interval excludes 0 on the paper's side; *contradicted*: on the "
-        "other side; *inconclusive*: it contains 0. *entropy*: the reading's median attention entropy "
+        "other side; *equivalent*: the 90% interval lies inside ±δ, the claim's smallest effect of "
+        "interest (no effect as large as the paper's); *inconclusive*: none of these. *Holm*: the "
+        "verdict with the p-values adjusted over the claim's readings on the task (a verdict that "
+        "holds only unadjusted is marked †). *MDE*: the smallest effect these seeds detect with 80% "
+        "power, from the paired differences' spread; *seeds for δ*: how many a test of δ would need. "
+        "*entropy*: the reading's median attention entropy "
         "at init (1 uniform, 0 one-hot): κ(P) = 1 is what a collapsed attention scores, so read κ "
         "beside it.",
     ]
@@ -237,10 +290,11 @@ def claims_section(found: list[Verdict]) -> list[str]:
             "",
             f"### {claim.source} {claim.key.split('-', 1)[1]}: {claim.statement}",
             "",
-            f"Paper: {claim.paper}. Measure: `{claim.measure}`.",
+            f"Paper: {claim.paper}. Measure: `{claim.measure}`. δ: {_margin(claim, found)}.",
             "",
-            "| task | variant | reading | n | ours | effect [95% CI] | entropy | verdict |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- |",
+            "| task | variant | reading | n | ours | effect [95% CI] | MDE | seeds for δ | entropy "
+            "| verdict | Holm |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
         ]
         lines += [_verdict_row(v) for v in found if v.claim == claim]
     if CHECKED_BY_TESTS:
@@ -259,10 +313,22 @@ def _verdict_row(v: Verdict) -> str:
     if v.low is not None:
         effect += f" [{_signed(v, v.low)}, {_signed(v, v.high)}]"
     entropy = "—" if v.entropy is None else f"{v.entropy:.3f}"
+    detectable = "—" if v.detectable is None else _signed(v, v.detectable).lstrip("+")
+    seeds = "—" if v.margin is None or v.test is None else (str(v.seeds_for_margin or "> 1000"))
+    only_raw = "†" if v.verdict != v.adjusted and v.verdict != "inconclusive" else ""
     return (
-        f"| {v.task} | {v.claim.variant} | {v.reading} | {v.n} | {ours} | {effect} | {entropy} "
-        f"| **{v.verdict}** |"
+        f"| {v.task} | {v.claim.variant} | {v.reading} | {v.n} | {ours} | {effect} | {detectable} "
+        f"| {seeds} | {entropy} | **{v.verdict}**{only_raw} | {v.adjusted} |"
     )
+
+
+def _margin(claim: Claim, found: list[Verdict]) -> str:
+    """δ as the rows use it (the user's where given), in the measure's printed unit."""
+    margin = next((v.margin for v in found if v.claim == claim), claim.margin)
+    if margin is None:
+        return "none declared (no *equivalent* verdict)"
+    row = next(v for v in found if v.claim == claim)
+    return _signed(row, margin).lstrip("+")
 
 
 def _measured(v: Verdict, value: float | None) -> str:

@@ -1,0 +1,130 @@
+"""The statistics behind a verdict: paired tests by seed, equivalence, multiplicity and power.
+
+A claim's effect is measured as per-seed differences ``variant − standard`` (:mod:`launch.verdicts`).
+From those differences this module gives
+
+* :func:`paired_test`: the mean, the 95% Student-t interval, the one-sided p-values for an effect
+  on the paper's side and against it, and the two one-sided tests' (TOST) p-value for an effect
+  inside ``±margin`` (equivalence: its 90% interval lies inside the margin);
+* :func:`three_way`: the verdict those give at one level — *reproduced* (the effect is on the
+  paper's side), *contradicted* (against it), *equivalent* (no effect as large as the margin), or
+  *inconclusive*;
+* :func:`holm`: Holm's step-down adjustment of a family's p-values (a claim's readings on one task
+  are one family: trying six readings and quoting the one that clears zero is six tries);
+* :func:`min_detectable_effect` and :func:`seeds_needed`: the smallest effect a paired t-test over
+  ``n`` seeds detects with 80% power at the verdict's level, from the differences' spread, and the
+  seeds it would take to detect the margin.
+
+Levels: a one-sided test at 2.5% on each side (what a 95% two-sided interval excluding 0 means)
+and TOST at 5% (the 90% interval inside ``±margin``), as in clinical equivalence trials
+(Schuirmann 1987); docs/methods.md, "Verdicts", says why.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+
+SIDE_ALPHA = 0.025  # one-sided level of "reproduced" and "contradicted" (a 95% interval excludes 0)
+EQUIV_ALPHA = 0.05  # TOST's level (the 90% interval inside ±margin)
+POWER = 0.80
+
+
+@dataclass(frozen=True)
+class PairedTest:
+    """A paired t-test of per-seed differences, in the claim's direction (``sign`` +1 or −1)."""
+
+    n: int
+    mean: float
+    sd: float
+    low: float  # the 95% interval
+    high: float
+    p_for: float  # one-sided: the effect is on the paper's side
+    p_against: float  # one-sided: the effect is against it
+    p_equivalent: float | None  # TOST against ±margin (None without a margin)
+
+
+def paired_test(diffs: list[float], sign: int = 1, margin: float | None = None) -> PairedTest | None:
+    """The test of ``diffs`` (None below two differences). ``sign``: the side the paper claims."""
+    from scipy import stats
+
+    n = len(diffs)
+    if n < 2:
+        return None
+    mean, sd = statistics.fmean(diffs), statistics.stdev(diffs)
+    se = sd / math.sqrt(n)
+    half = stats.t.ppf(0.975, n - 1) * se
+    if se == 0:  # every seed the same difference: the sign is certain, equivalence exact
+        up = 0.0 if mean > 0 else 1.0
+        down = 0.0 if mean < 0 else 1.0
+        p_eq = None if margin is None else (0.0 if abs(mean) < margin else 1.0)
+    else:
+        t = mean / se
+        up, down = stats.t.sf(t, n - 1), stats.t.cdf(t, n - 1)
+        p_eq = None
+        if margin is not None:
+            above_low = stats.t.sf((mean + margin) / se, n - 1)  # H0: effect ≤ −margin
+            below_high = stats.t.cdf((mean - margin) / se, n - 1)  # H0: effect ≥ +margin
+            p_eq = max(above_low, below_high)
+    p_for, p_against = (up, down) if sign > 0 else (down, up)
+    return PairedTest(n, mean, sd, mean - half, mean + half, p_for, p_against, p_eq)
+
+
+def three_way(p_for: float, p_against: float, p_equivalent: float | None) -> str:
+    """The verdict at this module's levels from (possibly adjusted) p-values."""
+    if p_for < SIDE_ALPHA:
+        return "reproduced"
+    if p_against < SIDE_ALPHA:
+        return "contradicted"
+    if p_equivalent is not None and p_equivalent < EQUIV_ALPHA:
+        return "equivalent"
+    return "inconclusive"
+
+
+def holm(p_values: list[float]) -> list[float]:
+    """Holm's step-down adjusted p-values (same order as given; capped at 1, monotone)."""
+    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
+    adjusted = [1.0] * len(p_values)
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(p_values) - rank) * p_values[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+def power(effect: float, sd: float, n: int, alpha: float = SIDE_ALPHA) -> float:
+    """The chance that a one-sided paired t-test at ``alpha`` over ``n`` seeds detects ``effect``
+    (noncentral t with ``n − 1`` degrees of freedom)."""
+    from scipy import stats
+
+    if n < 2 or sd <= 0:
+        return float("nan")
+    critical = stats.t.ppf(1 - alpha, n - 1)
+    return float(stats.nct.sf(critical, n - 1, effect * math.sqrt(n) / sd))
+
+
+def min_detectable_effect(
+    sd: float, n: int, target: float = POWER, alpha: float = SIDE_ALPHA
+) -> float | None:
+    """The smallest effect detected with ``target`` power over ``n`` seeds (None below 2 seeds or
+    with no spread)."""
+    from scipy.optimize import brentq
+
+    if n < 2 or not sd > 0:
+        return None
+    return float(brentq(lambda d: power(d, sd, n, alpha) - target, 1e-12 * sd, 100 * sd))
+
+
+def seeds_needed(sd: float, effect: float, cap: int = 1000, target: float = POWER) -> int | None:
+    """The fewest seeds (≥ 2) whose paired test detects ``effect`` with ``target`` power; None when
+    more than ``cap`` would be needed or there is no spread to judge by."""
+    if not sd > 0 or effect <= 0:
+        return None
+    low, high = 2, cap
+    if power(effect, sd, high) < target:
+        return None
+    while low < high:  # power grows with n
+        mid = (low + high) // 2
+        low, high = (mid + 1, high) if power(effect, sd, mid) < target else (low, mid)
+    return low

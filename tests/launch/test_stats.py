@@ -1,0 +1,133 @@
+"""The verdict's statistics: the three-way rule, Holm, power, and the family's false-positive rate."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_claims import FINAL, run
+
+from launch import stats
+from launch.claims import Claim
+from launch.verdicts import claims_section, verdicts
+
+
+def verdict(diffs: list[float], margin: float | None = 0.01, sign: int = 1) -> str:
+    test = stats.paired_test(diffs, sign, margin)
+    return stats.three_way(test.p_for, test.p_against, test.p_equivalent)
+
+
+def test_the_three_way_rule_on_constructed_paired_differences():
+    tight_null = [0.001, -0.001, 0.0005, -0.0005, 0.0]  # inside ±0.01, small spread
+    clear_gain = [0.02, 0.021, 0.019, 0.022, 0.018]
+    wide_null = [0.05, -0.05, 0.04, -0.04, 0.0]  # centred on 0 but spread past ±0.01
+    assert verdict(tight_null) == "equivalent"
+    assert verdict(clear_gain) == "reproduced"
+    assert verdict(wide_null) == "inconclusive"
+    assert verdict([-d for d in clear_gain]) == "contradicted"
+    assert verdict(clear_gain, sign=-1) == "contradicted"  # the paper claims a decrease
+    assert verdict(tight_null, margin=None) == "inconclusive"  # no margin: never "equivalent"
+
+
+def test_equivalence_is_the_90_percent_interval_inside_the_margin():
+    """TOST at 5% ⇔ the 90% interval inside ±δ: on either side of the boundary the rule flips."""
+    from scipy import stats as scipy_stats
+
+    diffs = [0.004, -0.002, 0.006, 0.001, 0.003]
+    mean, sd, n = np.mean(diffs), np.std(diffs, ddof=1), len(diffs)
+    upper_90 = mean + scipy_stats.t.ppf(0.95, n - 1) * sd / np.sqrt(n)
+    assert verdict(diffs, margin=upper_90 * 1.01) == "equivalent"
+    assert verdict(diffs, margin=upper_90 * 0.99) == "inconclusive"
+
+
+def test_holm_on_a_known_family():
+    # sorted 0.005, 0.01, 0.03, 0.04 → ×4, ×3, ×2, ×1 = 0.02, 0.03, 0.06, 0.04 → monotone 0.06
+    assert stats.holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert stats.holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])  # capped at 1
+    assert stats.holm([0.02]) == [0.02]  # a family of one is not adjusted
+
+
+@pytest.mark.parametrize("n", [3, 5, 10])
+def test_the_minimum_detectable_effect_has_the_power_a_simulation_finds(n):
+    """Simulated paired experiments with the true effect at the MDE are detected 80% of the time
+    (within 10%), and at 0.7× and 1.3× the MDE clearly less and more often."""
+    from scipy import stats as scipy_stats
+
+    sd = 0.02
+    mde = stats.min_detectable_effect(sd, n)
+    rng = np.random.default_rng(n)
+    critical = scipy_stats.t.ppf(1 - stats.SIDE_ALPHA, n - 1)
+
+    def simulated_power(effect: float) -> float:
+        diffs = rng.normal(effect, sd, size=(20_000, n))
+        t = diffs.mean(1) / (diffs.std(1, ddof=1) / np.sqrt(n))
+        return float((t > critical).mean())
+
+    assert simulated_power(mde) == pytest.approx(stats.POWER, rel=0.10)
+    assert simulated_power(0.7 * mde) < 0.75 < 0.85 < simulated_power(1.3 * mde)
+
+
+def test_the_seeds_needed_are_the_fewest_with_80_percent_power():
+    sd, margin = 0.02, 0.01
+    needed = stats.seeds_needed(sd, margin)
+    assert stats.power(margin, sd, needed) >= 0.8 > stats.power(margin, sd, needed - 1)
+    assert stats.min_detectable_effect(sd, needed) <= margin < stats.min_detectable_effect(sd, needed - 1)
+    assert stats.seeds_needed(sd, 1e-6) is None  # past the cap
+
+
+def test_on_null_experiments_holm_keeps_a_family_of_six_readings_under_five_percent():
+    """2,000 null experiments, 5 seeds × 6 readings sharing standard's seeds: quoting whichever
+    reading clears zero gives a false "reproduced" far more often than Holm's family-wise rate."""
+    rng = np.random.default_rng(0)
+    raw_any = adjusted_any = 0
+    for _ in range(2000):
+        baseline = rng.normal(0, 1, 5)
+        tests = [stats.paired_test(list(rng.normal(0, 1, 5) - baseline), 1, None) for _ in range(6)]
+        raw = [stats.three_way(t.p_for, t.p_against, None) for t in tests]
+        p_for, p_against = stats.holm([t.p_for for t in tests]), stats.holm([t.p_against for t in tests])
+        adjusted = [stats.three_way(u, d, None) for u, d in zip(p_for, p_against, strict=True)]
+        raw_any += "reproduced" in raw
+        adjusted_any += "reproduced" in adjusted
+    assert adjusted_any / 2000 <= 0.05
+    assert raw_any > 2 * adjusted_any  # unadjusted: about 9–12% here; adjusted: at most 2.5% expected
+
+
+def test_verdicts_adjust_within_a_claims_readings_and_the_report_marks_a_raw_only_verdict():
+    """Six readings on one task: one clears zero on its own (p ≈ 0.01) but not after Holm."""
+    margin_claim = Claim(
+        "T-final", "T", "the variant trains better", "spectral", "final", "metric", ("digits",)
+    )
+    first_diffs = [0.004, 0.0015, 0.0035, 0.0, 0.003]  # one-sided p ≈ 0.015; × 6 ≈ 0.09
+    noise = [0.0015, -0.001, 0.0005, -0.0005, 0.0]
+    runs = []
+    for seed in range(5):
+        base = 0.5 + 0.07 * seed
+        runs.append(run("standard", seed, base))
+        runs.append(run("spectral", seed, base + first_diffs[seed], lam=0.0))
+        for k in range(1, 6):
+            runs.append(run("spectral", seed, base + noise[(seed + k) % 5], lam=float(k)))
+    found = verdicts(runs, [margin_claim], margins={"T-final": 0.01})
+    assert len(found) == 6 and all(v.margin == 0.01 for v in found)
+    first = next(v for v in found if v.reading == "lam=0.0")
+    assert first.verdict == "reproduced" and first.adjusted != "reproduced"
+    assert first.test.p_for < stats.SIDE_ALPHA < 6 * first.test.p_for
+    lines = "\n".join(claims_section(found))
+    assert "**reproduced**†" in lines and "δ: 1.00" in lines
+    assert all(v.detectable is not None and v.seeds_for_margin is not None for v in found)
+
+
+def test_without_a_margin_no_equivalent_verdict_and_the_row_says_so():
+    runs = []
+    for seed in range(5):
+        runs += [run("standard", seed, 0.5), run("spectral", seed, 0.5 + 1e-4 * (seed - 2), targets="q")]
+    (v,) = verdicts(runs, [FINAL])
+    assert v.margin is None and v.verdict == "inconclusive"
+    assert "none declared" in "\n".join(claims_section([v]))
+
+
+@pytest.mark.parametrize("item", ["P9=0.01", "P2-image=big", "P2-image=-0.01"])
+def test_a_bad_margin_is_one_line_and_status_2(item, tmp_path, capsys):
+    from launch import report
+
+    assert report.main(["--margin", item, str(tmp_path)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"error: --margin {item}")
