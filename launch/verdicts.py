@@ -66,6 +66,8 @@ class Verdict:
     test: stats.PairedTest | None = None  # the paired test behind the interval (None below 2 seeds)
     margin: float | None = None  # δ, the smallest effect of interest (the claim's, or the user's)
     adjusted: str = ""  # the verdict with the family's Holm-adjusted p-values (set by verdicts())
+    budget: str = ""  # what the runs were trained for ("150 steps", "3 epochs")
+    not_counted: str = ""  # runs of this reading or its baseline left out, named ("seed 3 failed")
 
     @property
     def verdict(self) -> str:
@@ -144,12 +146,12 @@ def verdicts(
     """Every claim on every task it names, for every reading of its variant found in ``runs``;
     ``margins`` (``{claim key: δ}``) replaces the claims' own. Each claim's readings on one task are
     a family, adjusted together (:func:`adjust`)."""
-    done = [r for r in runs if r.status == "completed" and r.metric in r.final]
+    readable = [r for r in runs if r.status != "unreadable"]  # an unreadable folder has no reading
     out = []
     for claim in claims:
         margin = (margins or {}).get(claim.key, claim.margin)
         for task in claim.tasks:
-            here = [r for r in done if r.task == task]
+            here = [r for r in readable if r.task == task]
             found = (
                 _stages(claim, task, here)
                 if claim.measure == "stages"
@@ -188,19 +190,44 @@ def reading_labels(runs: list[Run]) -> dict[str, str]:
     return labels
 
 
-def _paired(claim: Claim, task: str, runs: list[Run], margin: float | None = None) -> list[Verdict]:
-    """The claim against ``standard`` in the same setting, one verdict per reading."""
+def counted(run: Run) -> bool:
+    """A run a verdict uses: completed, with its main metric."""
+    return run.status == "completed" and run.metric in run.final
+
+
+def budget_of(run: Run) -> str:
+    """What ``run`` was trained for, from its identity: steps, else epochs (``""`` if neither)."""
+    trainer = run.identity.config.get("trainer", {}) or {}
+    if trainer.get("max_steps"):
+        return f"{trainer['max_steps']:,} steps"
+    return f"{trainer['max_epochs']:g} epochs" if trainer.get("max_epochs") else ""
+
+
+def left_out(runs: list[Run], paired: set[int]) -> str:
+    """The runs of a row not in its pairs, named: failed or unfinished ones, and seeds without a
+    partner (never dropped without a word)."""
+    out = [f"{r.attn} seed {r.seed} {r.status}" for r in runs if not counted(r)]
+    out += [f"{r.attn} seed {r.seed} unpaired" for r in runs if counted(r) and r.seed not in paired]
+    return "; ".join(sorted(set(out)))
+
+
+def _paired(claim: Claim, task: str, every: list[Run], margin: float | None = None) -> list[Verdict]:
+    """The claim against ``standard`` in the same setting, one verdict per reading; runs that did
+    not complete are named in the row, not counted."""
     readings: dict[str, list[Run]] = defaultdict(list)
-    for r in runs:
+    for r in every:
         readings[r.experiment].append(r)
     baselines = {
         members[0].context: members for members in readings.values() if members[0].attn == "standard"
     }
-    labels = reading_labels(runs)
+    labels = reading_labels(every)
     out = []
-    for experiment, members in sorted(readings.items(), key=lambda kv: labels[kv[0]]):
-        base = baselines.get(members[0].context)
-        if members[0].attn != claim.variant or base is None:
+    for experiment, everyone in sorted(readings.items(), key=lambda kv: labels[kv[0]]):
+        every_base = baselines.get(everyone[0].context)
+        if everyone[0].attn != claim.variant or every_base is None:
+            continue
+        members, base = [r for r in everyone if counted(r)], [r for r in every_base if counted(r)]
+        if not base:
             continue
         target = statistics.fmean(r.final[r.metric] for r in base) if claim.measure == "steps" else None
         mine = {r.seed: measure(r, claim, target) for r in members}
@@ -230,6 +257,8 @@ def _paired(claim: Claim, task: str, runs: list[Run], margin: float | None = Non
                 metric=base[0].metric or "",
                 test=test,
                 margin=margin,
+                budget=budget_of(everyone[0]),
+                not_counted=left_out(everyone + every_base, set(seeds)),
             )
         )
     return out
@@ -242,14 +271,17 @@ def _stages(claim: Claim, task: str, runs: list[Run]) -> list[Verdict]:
         if r.attn == claim.variant:
             by_experiment[r.experiment].append(r)
     out = []
-    for members in by_experiment.values():
-        p = members[0].identity.config.get("task", {}).get("p", 2)
+    for everyone in by_experiment.values():
+        members = [r for r in everyone if counted(r)]
+        p = everyone[0].identity.config.get("task", {}).get("p", 2)
         values = [v for r in members if (v := stages(r, 1 / p)) is not None]
         low, high = interval(values)
         note = f"{len(values)} of {len(members)} seeds learn (reach 95%)"
         mean = statistics.fmean(values) if values else None
         verdict = Verdict(claim, task, "—", len(values), None, mean, mean, low, high, _entropy(members), note)
         verdict.test = stats.paired_test(values)
+        verdict.budget = budget_of(everyone[0])
+        verdict.not_counted = left_out(everyone, {r.seed for r in members})
         out.append(verdict)
     return out
 
@@ -279,8 +311,10 @@ def claims_section(found: list[Verdict]) -> list[str]:
         "other side; *equivalent*: the 90% interval lies inside ±δ, the claim's smallest effect of "
         "interest (no effect as large as the paper's); *inconclusive*: none of these. *Holm*: the "
         "verdict with the p-values adjusted over the claim's readings on the task (a verdict that "
-        "holds only unadjusted is marked †). *MDE*: the smallest effect these seeds detect with 80% "
-        "power, from the paired differences' spread; *seeds for δ*: how many a test of δ would need. "
+        "holds only unadjusted is marked †). *budget*: what the runs trained for; *n*: the paired "
+        "seeds, and the runs left out named (failed, unfinished, unpaired). *MDE*: the smallest "
+        "effect these seeds detect with 80% power, from the paired differences' spread; *seeds for "
+        "δ*: how many a test of δ would need. "
         "*entropy*: the reading's median attention entropy "
         "at init (1 uniform, 0 one-hot): κ(P) = 1 is what a collapsed attention scores, so read κ "
         "beside it.",
@@ -292,9 +326,9 @@ def claims_section(found: list[Verdict]) -> list[str]:
             "",
             f"Paper: {claim.paper}. Measure: `{claim.measure}`. δ: {_margin(claim, found)}.",
             "",
-            "| task | variant | reading | n | ours | effect [95% CI] | MDE | seeds for δ | entropy "
-            "| verdict | Holm |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+            "| task | variant | reading | budget | n | ours | effect [95% CI] | MDE | seeds for δ "
+            "| entropy | verdict | Holm |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
         ]
         lines += [_verdict_row(v) for v in found if v.claim == claim]
     if CHECKED_BY_TESTS:
@@ -316,9 +350,10 @@ def _verdict_row(v: Verdict) -> str:
     detectable = "—" if v.detectable is None else _signed(v, v.detectable).lstrip("+")
     seeds = "—" if v.margin is None or v.test is None else (str(v.seeds_for_margin or "> 1000"))
     only_raw = "†" if v.verdict != v.adjusted and v.verdict != "inconclusive" else ""
+    n = f"{v.n} (not counted: {v.not_counted})" if v.not_counted else str(v.n)
     return (
-        f"| {v.task} | {v.claim.variant} | {v.reading} | {v.n} | {ours} | {effect} | {detectable} "
-        f"| {seeds} | {entropy} | **{v.verdict}**{only_raw} | {v.adjusted} |"
+        f"| {v.task} | {v.claim.variant} | {v.reading} | {v.budget or '—'} | {n} | {ours} | {effect} "
+        f"| {detectable} | {seeds} | {entropy} | **{v.verdict}**{only_raw} | {v.adjusted} |"
     )
 
 

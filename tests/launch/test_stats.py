@@ -131,3 +131,32 @@ def test_a_bad_margin_is_one_line_and_status_2(item, tmp_path, capsys):
     assert report.main(["--margin", item, str(tmp_path)]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith(f"error: --margin {item}")
+
+
+def test_a_row_states_its_budget_and_names_the_runs_it_left_out():
+    """Two budgets of one reading are two rows, each with its steps; a failed seed and a seed
+    without its baseline are named in the row, not dropped without a word."""
+    from dataclasses import replace
+
+    from src.engine.record.identity import Identity
+
+    def budgeted(r, steps: int):
+        config = {**r.identity.config, "trainer": {"max_steps": steps}}
+        return replace(r, identity=Identity(config))
+
+    runs = []
+    for steps in (150, 1000):
+        for seed in range(4):
+            runs.append(budgeted(run("standard", seed, 0.5 + 0.01 * seed), steps))
+            runs.append(budgeted(run("spectral", seed, 0.51 + 0.01 * seed, targets="q"), steps))
+    failed = replace(runs[-1], status="failed", final={})  # spectral seed 3 at 1,000 steps
+    unpaired = budgeted(run("spectral", 7, 0.6, targets="q"), 1000)
+    found = verdicts([*runs[:-1], failed, unpaired], [FINAL])
+    by_budget = {v.budget: v for v in found}
+    assert set(by_budget) == {"150 steps", "1,000 steps"}
+    assert by_budget["150 steps"].n == 4 and by_budget["150 steps"].not_counted == ""
+    late = by_budget["1,000 steps"]
+    assert late.n == 3
+    left = "spectral seed 3 failed; spectral seed 7 unpaired; standard seed 3 unpaired"  # its partner failed
+    assert late.not_counted == left
+    assert f"| 3 (not counted: {left}) |" in "\n".join(claims_section(found))
