@@ -89,17 +89,6 @@ class Verdict:
         return stats.seeds_needed(self.test.sd, self.margin)
 
 
-def interval(diffs: list[float], confidence: float = 0.95) -> tuple[float | None, float | None]:
-    """A Student-t interval for the mean of ``diffs`` (``None`` below two values)."""
-    if len(diffs) < 2:
-        return None, None
-    from scipy import stats
-
-    mean, sd = statistics.fmean(diffs), statistics.stdev(diffs)
-    half = stats.t.ppf(0.5 + confidence / 2, len(diffs) - 1) * sd / math.sqrt(len(diffs))
-    return mean - half, mean + half
-
-
 def monitor_at(run: Run, key: str, step: int = 0) -> float | None:
     """A monitor quantity at ``step`` (κ in log10)."""
     row = next((r for r in run.rows if r.get("split") == "monitor" and r.get("step") == step), None)
@@ -234,13 +223,13 @@ def _paired(claim: Claim, task: str, every: list[Run], margin: float | None = No
         theirs = {r.seed: measure(r, claim, target) for r in base}
         seeds = sorted(s for s in mine if mine[s] is not None and theirs.get(s) is not None)
         diffs = [mine[s] - theirs[s] for s in seeds]
-        low, high = interval(diffs)
         sign = (
             -1
             if claim.better == "lower" or (claim.better == "metric" and not base[0].higher_is_better)
             else 1
         )
         test = stats.paired_test(diffs, sign, margin)
+        low, high = (None, None) if test is None else (test.low, test.high)
         out.append(
             Verdict(
                 claim,
@@ -275,11 +264,12 @@ def _stages(claim: Claim, task: str, runs: list[Run]) -> list[Verdict]:
         members = [r for r in everyone if counted(r)]
         p = everyone[0].identity.config.get("task", {}).get("p", 2)
         values = [v for r in members if (v := stages(r, 1 / p)) is not None]
-        low, high = interval(values)
+        test = stats.paired_test(values)
+        low, high = (None, None) if test is None else (test.low, test.high)
         note = f"{len(values)} of {len(members)} seeds learn (reach 95%)"
         mean = statistics.fmean(values) if values else None
         verdict = Verdict(claim, task, "—", len(values), None, mean, mean, low, high, _entropy(members), note)
-        verdict.test = stats.paired_test(values)
+        verdict.test = test
         verdict.budget = budget_of(everyone[0])
         verdict.not_counted = left_out(everyone, {r.seed for r in members})
         out.append(verdict)

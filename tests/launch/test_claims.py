@@ -8,7 +8,8 @@ import pytest
 
 from launch.claims import CLAIMS, Claim
 from launch.records import Run
-from launch.verdicts import interval, stages, steps_to, verdicts
+from launch.stats import paired_test
+from launch.verdicts import stages, steps_to, verdicts
 from src.engine.record.identity import Identity
 
 FINAL = Claim("T-final", "T", "the variant trains better", "spectral", "final", "metric", ("digits",))
@@ -38,12 +39,13 @@ def run(attn: str, seed: int, acc: float, curve: list[float] | None = None, **op
 
 
 def test_the_interval_is_students_t():
-    low, high = interval([1.0, 2.0, 3.0])
+    test = paired_test([1.0, 2.0, 3.0])
+    low, high = test.low, test.high
     # mean 2, sd 1, n 3: t(0.975, 2) = 4.303
     assert math.isclose(low, 2 - 4.303 / math.sqrt(3), abs_tol=1e-3) and math.isclose(
         high, 2 + 4.303 / math.sqrt(3), abs_tol=1e-3
     )
-    assert interval([1.0]) == (None, None)
+    assert paired_test([1.0]) is None
 
 
 def test_seeds_are_paired_so_a_consistent_gain_shows_through_seed_noise():
