@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from src.engine.record.files import RecordError, write_failure
+from src.errors import SuiteError
 
 from .glue_table import glue_section
 from .paper import P4_EPOCHS_TO_TARGET
@@ -56,14 +57,21 @@ from .results import (
     table,
     variant_options,
 )
+from .settle import Plan, read_plan
+from .stats import Levels
 from .verdicts import claims_section, verdicts
 
 
 def markdown(
-    cells: list[Cell], conv: list[Convergence], runs: list[Run], margins: dict[str, float] | None = None
+    cells: list[Cell],
+    conv: list[Convergence],
+    runs: list[Run],
+    margins: dict[str, float] | None = None,
+    settled: list[tuple[Path, Plan, dict[str, Levels]]] = (),
 ) -> str:
     """The whole report: the results table, P4's steps, the claims (``margins``: the user's δ by
-    claim), the runs not counted."""
+    claim; ``settled``: the plans of sweeps settled by :mod:`launch.settle`, whose looks' levels
+    their rows are read at), the runs not counted."""
     lines = [
         "# Results",
         "",
@@ -103,7 +111,10 @@ def markdown(
             f"{v.reached}/{v.seeds} | "
             f"{ratio} | {p4_ratio} |"
         )
-    sections = [*glue_section(runs), *claims_section(verdicts(runs, margins=margins)), *not_counted(runs)]
+    levels = {e: lv for _, _, by_experiment in settled for e, lv in by_experiment.items()}
+    rules = [f"`{root}`: {plan.describe()}." for root, plan, _ in settled]
+    found = verdicts(runs, margins=margins, levels=levels)
+    sections = [*glue_section(runs), *claims_section(found, rules), *not_counted(runs)]
     return "\n".join([*lines, *sections]) + "\n"
 
 
@@ -343,7 +354,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         margins = parse_margins(args.margin)
-    except ValueError as error:
+        settled = [(root, *plan) for root in args.runs if (plan := read_plan(root))]
+    except (ValueError, SuiteError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if not args.runs and not args.wandb:
@@ -357,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     out = args.out or (args.runs[0] / "report" if args.runs else Path("report"))
-    text = markdown(table(runs), convergence(runs), runs, margins)
+    text = markdown(table(runs), convergence(runs), runs, margins, settled)
     plots = pngs(runs)
     try:
         write_files(out, {"report.md": text.encode(), **exports(export_rows(runs)), **plots})

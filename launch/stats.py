@@ -32,6 +32,50 @@ POWER = 0.80
 
 
 @dataclass(frozen=True)
+class Levels:
+    """The levels one verdict is read at: each side's one-sided level and TOST's. A fixed-seed
+    experiment uses the defaults; a sweep that adds seeds until settled (:mod:`launch.settle`)
+    reads each look at the alpha it spends there (:func:`spent`)."""
+
+    side: float = SIDE_ALPHA
+    equivalent: float = EQUIV_ALPHA
+
+
+FIXED = Levels()
+
+
+def spent(fraction: float, alpha: float, shape: str = "obf") -> float:
+    """The alpha spent by the time ``fraction`` of the seeds (0–1] are in: Lan–DeMets' spending
+    functions, O'Brien–Fleming-shaped (``obf``: 2 − 2Φ(z₁₋α/₂ / √t), little early, most at the
+    end) or Pocock-shaped (``pocock``: α·ln(1 + (e − 1)·t), evenly). Both reach ``alpha`` at 1."""
+    from scipy.stats import norm
+
+    t = min(max(fraction, 0.0), 1.0)
+    if t == 0:
+        return 0.0
+    if shape == "obf":
+        return float(2 - 2 * norm.cdf(norm.ppf(1 - alpha / 2) / math.sqrt(t)))
+    if shape == "pocock":
+        return alpha * math.log(1 + (math.e - 1) * t)
+    raise ValueError(f"unknown spending shape {shape!r} (obf or pocock)")
+
+
+def look_levels(looks: list[int], shape: str = "obf") -> list[Levels]:
+    """Each look's levels when seeds come in at ``looks`` (increasing seed counts, the last the
+    cap): the alpha spent between the previous look and this one, on each side and for TOST.
+    Testing every look at its increment keeps the chance of any false verdict over all looks at
+    most the fixed level (Bonferroni over looks: conservative, valid whatever the looks'
+    correlation)."""
+    cap = looks[-1]
+    out, before_side, before_eq = [], 0.0, 0.0
+    for n in looks:
+        side, eq = spent(n / cap, SIDE_ALPHA, shape), spent(n / cap, EQUIV_ALPHA, shape)
+        out.append(Levels(side - before_side, eq - before_eq))
+        before_side, before_eq = side, eq
+    return out
+
+
+@dataclass(frozen=True)
 class PairedTest:
     """A paired t-test of per-seed differences, in the claim's direction (``sign`` +1 or −1)."""
 
@@ -71,13 +115,14 @@ def paired_test(diffs: list[float], sign: int = 1, margin: float | None = None) 
     return PairedTest(n, mean, sd, mean - half, mean + half, p_for, p_against, p_eq)
 
 
-def three_way(p_for: float, p_against: float, p_equivalent: float | None) -> str:
-    """The verdict at this module's levels from (possibly adjusted) p-values."""
-    if p_for < SIDE_ALPHA:
+def three_way(p_for: float, p_against: float, p_equivalent: float | None, levels: Levels = FIXED) -> str:
+    """The verdict at ``levels`` (this module's fixed ones by default) from (possibly adjusted)
+    p-values."""
+    if p_for < levels.side:
         return "reproduced"
-    if p_against < SIDE_ALPHA:
+    if p_against < levels.side:
         return "contradicted"
-    if p_equivalent is not None and p_equivalent < EQUIV_ALPHA:
+    if p_equivalent is not None and p_equivalent < levels.equivalent:
         return "equivalent"
     return "inconclusive"
 

@@ -68,13 +68,16 @@ class Verdict:
     adjusted: str = ""  # the verdict with the family's Holm-adjusted p-values (set by verdicts())
     budget: str = ""  # what the runs were trained for ("150 steps", "3 epochs")
     not_counted: str = ""  # runs of this reading or its baseline left out, named ("seed 3 failed")
+    levels: stats.Levels = stats.FIXED  # the levels it is read at (a settled sweep's look: launch.settle)
+    experiment: str = ""  # the reading's experiment hash (launch.records.Run.experiment)
+    baseline_experiment: str = ""  # standard's, in the same setting
 
     @property
     def verdict(self) -> str:
         """The verdict at the unadjusted levels (:func:`launch.stats.three_way`)."""
         if self.test is None:
             return "no data" if self.n == 0 else "inconclusive"
-        return stats.three_way(self.test.p_for, self.test.p_against, self.test.p_equivalent)
+        return stats.three_way(self.test.p_for, self.test.p_against, self.test.p_equivalent, self.levels)
 
     @property
     def detectable(self) -> float | None:
@@ -130,11 +133,15 @@ def measure(run: Run, claim: Claim, target: float | None) -> float | None:
 
 
 def verdicts(
-    runs: list[Run], claims: list[Claim] = CLAIMS, margins: dict[str, float] | None = None
+    runs: list[Run],
+    claims: list[Claim] = CLAIMS,
+    margins: dict[str, float] | None = None,
+    levels: dict[str, stats.Levels] | None = None,
 ) -> list[Verdict]:
     """Every claim on every task it names, for every reading of its variant found in ``runs``;
-    ``margins`` (``{claim key: δ}``) replaces the claims' own. Each claim's readings on one task are
-    a family, adjusted together (:func:`adjust`)."""
+    ``margins`` (``{claim key: δ}``) replaces the claims' own; ``levels`` (``{experiment hash:
+    levels}``, from a settled sweep's looks) the fixed levels of the rows of those readings. Each
+    claim's readings on one task are a family, adjusted together (:func:`adjust`)."""
     readable = [r for r in runs if r.status != "unreadable"]  # an unreadable folder has no reading
     out = []
     for claim in claims:
@@ -146,6 +153,8 @@ def verdicts(
                 if claim.measure == "stages"
                 else _paired(claim, task, here, margin)
             )
+            for v in found:
+                v.levels = (levels or {}).get(v.experiment, stats.FIXED)
             out += adjust(found)
     return out
 
@@ -161,7 +170,7 @@ def adjust(family: list[Verdict]) -> list[Verdict]:
         zip(map(id, with_margin), stats.holm([v.test.p_equivalent for v in with_margin]), strict=True)
     )
     for v, up, down in zip(tested, p_for, p_against, strict=True):
-        v.adjusted = stats.three_way(up, down, p_equivalent.get(id(v)))
+        v.adjusted = stats.three_way(up, down, p_equivalent.get(id(v)), v.levels)
     for v in family:
         v.adjusted = v.adjusted or v.verdict
     return family
@@ -248,6 +257,8 @@ def _paired(claim: Claim, task: str, every: list[Run], margin: float | None = No
                 margin=margin,
                 budget=budget_of(everyone[0]),
                 not_counted=left_out(everyone + every_base, set(seeds)),
+                experiment=experiment,
+                baseline_experiment=every_base[0].experiment,
             )
         )
     return out
@@ -272,6 +283,7 @@ def _stages(claim: Claim, task: str, runs: list[Run]) -> list[Verdict]:
         verdict.test = test
         verdict.budget = budget_of(everyone[0])
         verdict.not_counted = left_out(everyone, {r.seed for r in members})
+        verdict.experiment = everyone[0].experiment
         out.append(verdict)
     return out
 
@@ -284,9 +296,10 @@ def _entropy(members: list[Run]) -> float | None:
 # -- the report's Claims section ------------------------------------------------------------
 
 
-def claims_section(found: list[Verdict]) -> list[str]:
+def claims_section(found: list[Verdict], stopping: list[str] = ()) -> list[str]:
     """The "Claims" section: every claim of :mod:`launch.claims` per task and reading, with our
-    effect against ``standard`` (95% interval over paired seeds) and the verdict."""
+    effect against ``standard`` (95% interval over paired seeds) and the verdict; ``stopping``: the
+    rules of sweeps whose seeds were added until settled (:mod:`launch.settle`)."""
     if not found:
         return []
     lines = [
@@ -309,6 +322,14 @@ def claims_section(found: list[Verdict]) -> list[str]:
         "at init (1 uniform, 0 one-hot): κ(P) = 1 is what a collapsed attention scores, so read κ "
         "beside it.",
     ]
+    if stopping:
+        lines += [
+            "",
+            "Seeds added until settled (`python -m launch.settle`); each row is read at the levels of "
+            "the look its seeds reached, not at the fixed ones:",
+            "",
+            *(f"- {rule}" for rule in stopping),
+        ]
     for claim in dict.fromkeys(v.claim for v in found):
         lines += [
             "",

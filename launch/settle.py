@@ -1,0 +1,372 @@
+"""Seeds until the answer is known: ``python -m launch.settle DIR``.
+
+A sweep of a few seeds leaves most claim rows *inconclusive* (:mod:`launch.verdicts`). This
+module adds seeds to the rows that are not settled, in batches, through the same launcher the
+sweep used (each batch is ``python -m src.run -m <the run's own overrides> seed=<new seeds>``
+with the sweep's Hydra overrides, so ``hydra/launcher=slurm`` sweeps settle on SLURM), until
+every row is settled or the cap is reached:
+
+* a **row** (a claim on a task for one reading) is *settled* when its Holm-adjusted verdict is
+  *reproduced*, *contradicted* or *equivalent* at its look's levels;
+* **looks** come at ``first, first + batch, …, cap`` seeds; seeds are added to a row's reading
+  and to its ``standard`` (the new seeds follow the sweep's own: seeds ``max + 1, …``), every
+  seed is kept and reported, none is dropped when its row settles;
+* **the stopping rule costs alpha**: looking after every batch and stopping at the first
+  verdict would inflate the false-verdict rate, so each look is read at the alpha it spends
+  (:func:`launch.stats.look_levels`: Lan–DeMets spending, O'Brien–Fleming-shaped by default,
+  each look at its increment, Bonferroni over looks: conservative). The report reads the plan
+  from ``settle.json`` and states it beside the table.
+
+State lives in ``DIR/settle.json`` (the plan, the sweep's command, each experiment's target seed
+count, and every look's verdicts), written before each launch, and in the run records
+themselves: after a kill, rerunning the same command launches only the seeds that have no
+completed or failed record (an unfinished one resumes from its checkpoint), never one twice.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import yaml
+
+from src.errors import SuiteError
+
+from . import stats
+from .claims import CLAIMS, Claim
+from .records import Run, read_runs
+from .verdicts import Verdict, verdicts
+
+STATE = "settle.json"
+SETTLED = ("reproduced", "contradicted", "equivalent")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """When to look: at ``first`` seeds, then every ``batch`` more, up to ``cap``; ``shape``: the
+    alpha-spending function (``obf`` or ``pocock``, :func:`launch.stats.spent`)."""
+
+    first: int
+    batch: int
+    cap: int
+    shape: str = "obf"
+
+    def __post_init__(self) -> None:
+        if not 2 <= self.first <= self.cap or self.batch < 1:
+            raise SuiteError(
+                f"settle: seeds {self.first} first, {self.batch} per batch, cap {self.cap}: "
+                "need 2 ≤ first ≤ cap and a batch of at least 1"
+            )
+
+    @property
+    def looks(self) -> list[int]:
+        """The seed counts at which rows are judged (the cap always one of them)."""
+        return sorted({*range(self.first, self.cap, self.batch), self.cap})
+
+    def levels(self, target: int) -> stats.Levels:
+        """The levels of the look at ``target`` seeds (the last look at or below it)."""
+        looks = self.looks
+        at = max((i for i, n in enumerate(looks) if n <= target), default=0)
+        return stats.look_levels(looks, self.shape)[at]
+
+    def after(self, target: int) -> int | None:
+        """The next look's seed count after ``target`` (None at the cap)."""
+        return next((n for n in self.looks if n > target), None)
+
+    def describe(self) -> str:
+        levels = stats.look_levels(self.looks, self.shape)
+        pairs = zip(self.looks, levels, strict=True)
+        each = ", ".join(f"{n} ({lv.side:.4f}/{lv.equivalent:.4f})" for n, lv in pairs)
+        shape = {"obf": "O'Brien–Fleming", "pocock": "Pocock"}[self.shape]
+        return (
+            f"seeds added in batches of {self.batch} until every row is settled or {self.cap} seeds; "
+            f"looks at {each} seeds (one-sided level per side / TOST level): {shape}-shaped "
+            f"Lan–DeMets alpha spending, each look at the alpha it spends, "
+            f"{stats.SIDE_ALPHA:g} per side and {stats.EQUIV_ALPHA:g} for equivalence in all"
+        )
+
+
+Launch = Callable[[list[Run], list[int]], None]  # (runs of one experiment, seeds to add)
+Read = Callable[[], list[Run]]
+
+
+def settle(
+    root: Path,
+    plan: Plan,
+    read: Read,
+    launch: Launch,
+    claims: list[Claim] = CLAIMS,
+    margins: dict[str, float] | None = None,
+    wanted: Callable[[Verdict, list[Run]], bool] = lambda v, runs: True,
+    say: Callable[[str], None] = print,
+) -> list[Verdict]:
+    """Add seeds until every wanted row is settled or at the cap; the final verdicts.
+
+    ``read`` gives the runs as they are now, ``launch`` runs more seeds of one experiment (given
+    its runs) and returns when they have ended. The state is saved in ``root/settle.json`` before
+    each launch, so a killed settle resumes where it was."""
+    state = load_state(root) or {"plan": asdict(plan), "targets": {}, "looks": [], "base_seeds": None}
+    if state["plan"] != asdict(plan):
+        raise SuiteError(
+            f"{root / STATE} was written for another plan ({state['plan']}); rerun with those "
+            "options, or settle a copy of the sweep under the new plan"
+        )
+    while True:
+        runs = read()
+        by_experiment = group(runs)
+        if state["base_seeds"] is None:  # the sweep's own seeds: new ones follow them
+            state["base_seeds"] = sorted({r.seed for r in runs})[: plan.first]
+        targets: dict[str, int] = state["targets"]
+        for experiment in by_experiment:
+            targets.setdefault(experiment, plan.first)
+        if launch_missing(root, state, by_experiment, read, launch, say):
+            continue  # the new seeds are in: judge again
+        found = verdicts(runs, claims, margins, {e: plan.levels(t) for e, t in targets.items()})
+        mine = [v for v in found if judged(v) and wanted(v, by_experiment.get(v.experiment, []))]
+        open_rows = [v for v in mine if v.adjusted not in SETTLED]
+        advanced = advance(open_rows, targets, plan)
+        state["looks"].append(look_record(found, targets, advanced))
+        save_state(root, state)
+        if not advanced:
+            say(
+                f"settled: {len(mine) - len(open_rows)} of {len(mine)} rows; the other "
+                f"{len(open_rows)} not settled at the cap of {plan.cap} seeds"
+            )
+            return found
+
+
+def launch_missing(
+    root: Path, state: dict, by_experiment: dict[str, list[Run]], read: Read, launch: Launch, say: Callable
+) -> bool:
+    """Launch every experiment's seeds up to its target that have no record; False if none was
+    missing. The state is saved first, so a kill here resumes with the same targets."""
+    targets = state["targets"]
+    missing = {e: gap for e, runs in by_experiment.items() if (gap := missing_seeds(runs, targets[e], state))}
+    if not missing:
+        return False
+    save_state(root, state)
+    for experiment, seeds in missing.items():
+        name = label(by_experiment[experiment])
+        say(f"look at {targets[experiment]} seeds: {len(seeds)} more of {name}")
+        launch(by_experiment[experiment], seeds)
+    after = group(read())
+    lost = [
+        f"{label(by_experiment[e])} seeds {gap}"
+        for e in missing
+        if (gap := missing_seeds(after.get(e, []), targets[e], state))
+    ]
+    if lost:
+        raise SuiteError(
+            f"settle: launched but no record came back for {', '.join(lost)}: see their run folders"
+        )
+    return True
+
+
+def judged(v: Verdict) -> bool:
+    """A row that more seeds can settle: a paired comparison (not P5's one-sample stages)."""
+    return bool(v.experiment and v.baseline_experiment)
+
+
+def advance(open_rows: list[Verdict], targets: dict[str, int], plan: Plan) -> list[str]:
+    """Raise each open row's reading, and its ``standard``, to the next look; the experiments moved."""
+    moved = set()
+    for v in open_rows:
+        nxt = plan.after(targets[v.experiment])
+        if nxt is None:
+            continue
+        for experiment in (v.experiment, v.baseline_experiment):
+            if targets[experiment] < nxt:
+                targets[experiment] = nxt
+                moved.add(experiment)
+    return sorted(moved)
+
+
+def seeds_for(target: int, state: dict) -> list[int]:
+    """The first ``target`` seeds of the sweep: its own, then ``max + 1, …``."""
+    base = state["base_seeds"] or [0]
+    extra = range(max(base) + 1, max(base) + 1 + max(0, target - len(base)))
+    return sorted([*base[:target], *extra])
+
+
+def missing_seeds(members: list[Run], target: int, state: dict) -> list[int]:
+    """The seeds up to ``target`` without a completed or failed record (an unfinished one is
+    launched again: it resumes from its checkpoint)."""
+    done = {r.seed for r in members if r.status in ("completed", "failed", "failed to start")}
+    return [s for s in seeds_for(target, state) if s not in done]
+
+
+def group(runs: Iterable[Run]) -> dict[str, list[Run]]:
+    out: dict[str, list[Run]] = {}
+    for r in runs:
+        if r.status != "unreadable":
+            out.setdefault(r.experiment, []).append(r)
+    return out
+
+
+def label(members: list[Run]) -> str:
+    r = members[0]
+    options = ", ".join(f"{k}={v}" for k, v in sorted(r.attn_options.items()) if k != "variant")
+    return f"{r.task} · {r.attn}" + (f" ({options})" if options else "")
+
+
+def look_record(found: list[Verdict], targets: dict[str, int], advanced: list[str]) -> dict:
+    return {
+        "rows": [
+            {
+                "claim": v.claim.key,
+                "task": v.task,
+                "reading": v.reading,
+                "n": v.n,
+                "target": targets.get(v.experiment),
+                "verdict": v.verdict,
+                "adjusted": v.adjusted,
+            }
+            for v in found
+            if judged(v)
+        ],
+        "advanced": advanced,
+    }
+
+
+def load_state(root: Path) -> dict | None:
+    path = root / STATE
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise SuiteError(f"{path} is not JSON ({error}); move it aside to start the settle afresh") from None
+
+
+def save_state(root: Path, state: dict) -> None:
+    """Atomically: a kill mid-write leaves the previous state."""
+    path = root / STATE
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(state, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+def read_plan(root: Path) -> tuple[Plan, dict[str, stats.Levels]] | None:
+    """A settled sweep's plan and each experiment's levels (for the report), or None."""
+    state = load_state(root)
+    if state is None:
+        return None
+    try:
+        plan = Plan(**state["plan"])
+        return plan, {e: plan.levels(int(t)) for e, t in state["targets"].items()}
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
+        raise SuiteError(f"{root / STATE}: not a settle state ({error}); move it aside") from None
+
+
+# -- launching through Hydra -----------------------------------------------------------------
+
+
+def job_overrides(run: Run) -> list[str]:
+    """The overrides a run was launched with (Hydra's ``.hydra/overrides.yaml``), without its seed."""
+    path = Path(run.name) / ".hydra" / "overrides.yaml"
+    if not path.exists():
+        raise SuiteError(f"{run.name}: no .hydra/overrides.yaml, so its command cannot be repeated")
+    overrides = yaml.safe_load(path.read_text()) or []
+    return [o for o in overrides if not o.lstrip("+~").startswith("seed=")]
+
+
+def launched_run(members: list[Run]) -> Run | None:
+    """One of an experiment's runs whose command Hydra recorded."""
+    return next((r for r in members if (Path(r.name) / ".hydra" / "overrides.yaml").exists()), None)
+
+
+def sweep_overrides(root: Path) -> list[str]:
+    """The sweep's Hydra overrides (its launcher, its folder) from ``multirun.yaml``."""
+    path = root / "multirun.yaml"
+    hydra = (yaml.safe_load(path.read_text()) or {}).get("hydra", {}) if path.exists() else {}
+    given = (hydra.get("overrides") or {}).get("hydra") or []
+    kept = [o for o in given if not o.startswith(("hydra.mode=", "hydra.sweep.dir="))]
+    return [*kept, f"hydra.sweep.dir={root.resolve()}"]
+
+
+def hydra_launcher(root: Path, hydra_args: list[str]) -> Launch:
+    """Launch new seeds as ``python -m src.run -m`` with the run's own overrides."""
+
+    def launch(members: list[Run], seeds: list[int]) -> None:
+        launched = launched_run(members)
+        if launched is None:
+            raise SuiteError(f"{label(members)}: no run has .hydra/overrides.yaml to repeat")
+        command = [
+            sys.executable,
+            "-m",
+            "src.run",
+            "-m",
+            *job_overrides(launched),
+            f"seed={','.join(map(str, seeds))}",
+            *hydra_args,
+        ]
+        subprocess.run(command, check=False)
+
+    return launch
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m launch.settle", description=__doc__.split("\n\n")[0])
+    parser.add_argument("dir", type=Path, help="a sweep's folder (hydra.sweep.dir)")
+    parser.add_argument("--cap", type=int, default=10, help="the most seeds a row gets (default 10)")
+    parser.add_argument("--batch", type=int, default=3, help="seeds added per look (default 3)")
+    parser.add_argument(
+        "--first", type=int, default=None, help="seeds at the first look (default: the sweep's)"
+    )
+    parser.add_argument("--spending", choices=("obf", "pocock"), default="obf")
+    parser.add_argument("--readings", default=None, help="settle only these readings (conf/reading/ names)")
+    parser.add_argument("--margin", action="append", default=[], metavar="KEY=δ")
+    args = parser.parse_args(argv)
+    from .report import parse_margins
+
+    try:
+        root = args.dir
+        if not (root / "multirun.yaml").exists():
+            raise SuiteError(f"{root}: no multirun.yaml here; give the folder of a sweep (-m)")
+        runs = read_runs([root])
+        first = args.first or len({r.seed for r in runs})
+        plan = Plan(first, args.batch, args.cap, args.spending)
+        margins = parse_margins(args.margin)
+        wanted = readings_filter(args.readings)
+        say(plan.describe())
+        settle(
+            root,
+            plan,
+            lambda: read_runs([root]),
+            hydra_launcher(root, sweep_overrides(root)),
+            margins=margins,
+            wanted=wanted,
+            say=say,
+        )
+    except (SuiteError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(f"tables and verdicts: python -m launch.report {root}")
+    return 0
+
+
+def readings_filter(names: str | None) -> Callable[[Verdict, list[Run]], bool]:
+    """Rows whose reading was launched as ``reading=<one of names>`` (every row without names)."""
+    if not names:
+        return lambda v, runs: True
+    chosen = {f"reading={name}" for name in names.split(",")}
+
+    def wanted(v: Verdict, runs: list[Run]) -> bool:
+        launched = launched_run(runs)
+        return launched is not None and bool(chosen & set(job_overrides(launched)))
+
+    return wanted
+
+
+def say(line: str) -> None:
+    print(line, flush=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
