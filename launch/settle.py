@@ -119,16 +119,18 @@ def settle(
         )
     while True:
         runs = read()
-        by_experiment = group(runs)
+        by_experiment = {e: m for e, m in group(runs).items() if not stage_of(m)}  # confirm runs apart
         if state["base_seeds"] is None:  # the sweep's own seeds: new ones follow them
-            state["base_seeds"] = sorted({r.seed for r in runs})[: plan.first]
+            state["base_seeds"] = sorted({r.seed for m in by_experiment.values() for r in m})[: plan.first]
         targets: dict[str, int] = state["targets"]
         for experiment in by_experiment:
             targets.setdefault(experiment, plan.first)
         if launch_missing(root, state, by_experiment, read, launch, say):
             continue  # the new seeds are in: judge again
         found = verdicts(runs, claims, margins, {e: plan.levels(t) for e, t in targets.items()})
-        mine = [v for v in found if judged(v) and wanted(v, by_experiment.get(v.experiment, []))]
+        mine = [
+            v for v in found if judged(v) and not v.stage and wanted(v, by_experiment.get(v.experiment, []))
+        ]
         open_rows = [v for v in mine if v.adjusted not in SETTLED]
         advanced = advance(open_rows, targets, plan)
         state["looks"].append(look_record(found, targets, advanced))
@@ -264,6 +266,59 @@ def read_plan(root: Path) -> tuple[Plan, dict[str, stats.Levels]] | None:
         raise SuiteError(f"{root / STATE}: not a settle state ({error}); move it aside") from None
 
 
+# -- the confirm stage -----------------------------------------------------------------------
+
+CONFIRM_SEEDS_FROM = 1000  # the confirm stage's seeds start here (or above the sweep's largest)
+
+
+def confirm(
+    root: Path, names: list[str], seeds: int, read: Read, launch: Launch, say: Callable[[str], None] = print
+) -> list[int]:
+    """The confirm stage: each named reading (``reading=<name>`` in its command), and its
+    ``standard``, again on ``seeds`` fresh seeds disjoint from every seed of the sweep, as
+    ``stage=confirm`` runs: their own experiment, paired among themselves, a family of their own
+    in the verdicts. A reading chosen *because* it came out well is quoted only from these. Seeds
+    that already have a record are not launched again. Returns the seeds used."""
+    runs = read()
+    by_experiment = group(runs)
+    explored = {e: members for e, members in by_experiment.items() if not stage_of(members)}
+    names_of = {e: reading_name(members) for e, members in explored.items()}
+    unknown = [n for n in names if n not in names_of.values()]
+    if unknown:
+        found = ", ".join(sorted({n for n in names_of.values() if n})) or "none"
+        raise SuiteError(f"--confirm {','.join(unknown)}: no such reading in {root} (readings: {found})")
+    chosen = [e for e, n in names_of.items() if n in names]
+    contexts = {explored[e][0].context for e in chosen}
+    baselines = [e for e, m in explored.items() if m[0].attn == "standard" and m[0].context in contexts]
+    first = max(CONFIRM_SEEDS_FROM, 1 + max(r.seed for m in explored.values() for r in m))
+    fresh = list(range(first, first + seeds))
+    confirmed = {
+        e: {r.seed for r in m if r.status != "incomplete"} for e, m in by_experiment.items() if stage_of(m)
+    }
+    for experiment in dict.fromkeys([*chosen, *baselines]):
+        members = explored[experiment]
+        twin = members[0].identity.hash  # a confirm run's identity without its stage is its source's
+        have = set().union(
+            *(s for e, s in confirmed.items() if by_experiment[e][0].identity.without("stage").hash == twin)
+        )
+        todo = [s for s in fresh if s not in have]
+        if todo:
+            say(f"confirm: {len(todo)} fresh seeds of {label(members)}")
+            launch(members, todo)
+    return fresh
+
+
+def stage_of(members: list[Run]) -> str:
+    return members[0].identity.config.get("stage") or ""
+
+
+def reading_name(members: list[Run]) -> str | None:
+    """The ``reading=`` an experiment was launched with (None: no recorded command, or none)."""
+    launched = launched_run(members)
+    given = job_overrides(launched) if launched else []
+    return next((o.split("=", 1)[1] for o in given if o.startswith("reading=")), None)
+
+
 # -- launching through Hydra -----------------------------------------------------------------
 
 
@@ -322,6 +377,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spending", choices=("obf", "pocock"), default="obf")
     parser.add_argument("--readings", default=None, help="settle only these readings (conf/reading/ names)")
     parser.add_argument("--margin", action="append", default=[], metavar="KEY=δ")
+    parser.add_argument(
+        "--confirm", metavar="READINGS", help="the confirm stage: these readings and standard on fresh seeds"
+    )
+    parser.add_argument("--seeds", type=int, default=10, help="the confirm stage's seeds (default 10)")
     args = parser.parse_args(argv)
     from .report import parse_margins
 
@@ -330,6 +389,13 @@ def main(argv: list[str] | None = None) -> int:
         if not (root / "multirun.yaml").exists():
             raise SuiteError(f"{root}: no multirun.yaml here; give the folder of a sweep (-m)")
         runs = read_runs([root])
+        if args.confirm:
+            launcher = hydra_launcher(root, [*sweep_overrides(root), "stage=confirm"])
+            used = confirm(
+                root, args.confirm.split(","), args.seeds, lambda: read_runs([root]), launcher, say
+            )
+            print(f"confirm stage: seeds {used[0]}-{used[-1]}; its rows: python -m launch.report {root}")
+            return 0
         first = args.first or len({r.seed for r in runs})
         plan = Plan(first, args.batch, args.cap, args.spending)
         margins = parse_margins(args.margin)
@@ -355,11 +421,10 @@ def readings_filter(names: str | None) -> Callable[[Verdict, list[Run]], bool]:
     """Rows whose reading was launched as ``reading=<one of names>`` (every row without names)."""
     if not names:
         return lambda v, runs: True
-    chosen = {f"reading={name}" for name in names.split(",")}
+    chosen = set(names.split(","))
 
     def wanted(v: Verdict, runs: list[Run]) -> bool:
-        launched = launched_run(runs)
-        return launched is not None and bool(chosen & set(job_overrides(launched)))
+        return reading_name(runs) in chosen
 
     return wanted
 

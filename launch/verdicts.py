@@ -71,6 +71,7 @@ class Verdict:
     levels: stats.Levels = stats.FIXED  # the levels it is read at (a settled sweep's look: launch.settle)
     experiment: str = ""  # the reading's experiment hash (launch.records.Run.experiment)
     baseline_experiment: str = ""  # standard's, in the same setting
+    stage: str = ""  # "confirm": fresh seeds of the confirm stage (launch.settle --confirm), its own family
 
     @property
     def verdict(self) -> str:
@@ -155,7 +156,8 @@ def verdicts(
             )
             for v in found:
                 v.levels = (levels or {}).get(v.experiment, stats.FIXED)
-            out += adjust(found)
+            for stage in dict.fromkeys(v.stage for v in found):  # a confirm stage is one planned test
+                out += adjust([v for v in found if v.stage == stage])
     return out
 
 
@@ -243,7 +245,8 @@ def _paired(claim: Claim, task: str, every: list[Run], margin: float | None = No
             Verdict(
                 claim,
                 task,
-                labels[experiment],
+                labels[experiment]
+                + (f" ({stage})" if (stage := everyone[0].identity.config.get("stage")) else ""),
                 len(seeds),
                 statistics.fmean(theirs[s] for s in seeds) if seeds else None,
                 statistics.fmean(mine[s] for s in seeds) if seeds else None,
@@ -259,6 +262,7 @@ def _paired(claim: Claim, task: str, every: list[Run], margin: float | None = No
                 not_counted=left_out(everyone + every_base, set(seeds)),
                 experiment=experiment,
                 baseline_experiment=every_base[0].experiment,
+                stage=everyone[0].identity.config.get("stage") or "",
             )
         )
     return out

@@ -156,6 +156,8 @@ def check_values(cfg: DictConfig) -> None:
             raise ConfigError(f"trainer.{key}={t[key]!r} is not one of {', '.join(allowed)}")
     if t.get("test_after") not in (None, "best", "last"):
         raise ConfigError(f"trainer.test_after={t.test_after!r} is not one of best, last, null")
+    if cfg.get("stage") not in (None, "confirm"):
+        raise ConfigError(f"stage={cfg.stage!r} is not one of confirm, null (an exploratory run)")
     plain = OmegaConf.to_container(cfg, resolve=False)  # values as given: an interpolation is
     plain.pop("hydra", None)  # checked where it points, and resolving here would fail first on a
     # task and backbone that do not fit (check_compatible names them)

@@ -192,9 +192,34 @@ def test_settle_repeats_the_sweeps_own_command_with_new_seeds_and_the_report_sta
         [sys.executable, "-m", "launch.report", str(root)], capture_output=True, text=True, check=True
     ).stdout
     assert "looks at 2 (0.0060/0.0164), 3 (0.0190/0.0336) seeds" in report
-    row = next(
-        line
+    rows = report.splitlines()
+    assert any(line.startswith("| digits | spectral | default | 2 steps | 3 ") for line in rows)
+
+    def confirm() -> subprocess.CompletedProcess:
+        command = [
+            sys.executable,
+            "-m",
+            "launch.settle",
+            str(root),
+            "--confirm",
+            "spectral_q",
+            "--seeds",
+            "2",
+        ]
+        return subprocess.run(command, capture_output=True, text=True, check=False)
+
+    confirmed = confirm()
+    assert confirmed.returncode == 0, confirmed.stderr[-2000:]
+    fresh = [r for r in read_runs([root]) if r.identity.config.get("stage") == "confirm"]
+    assert sorted((r.attn, r.seed) for r in fresh) == [
+        (a, s) for a in ("spectral", "standard") for s in (1000, 1001)
+    ]
+    assert {r.identity.without("stage").hash for r in fresh} == {r.experiment for r in runs}  # same settings
+    report = subprocess.run(
+        [sys.executable, "-m", "launch.report", str(root)], capture_output=True, text=True, check=True
+    ).stdout
+    assert any(
+        line.startswith("| digits | spectral | default (confirm) | 2 steps | 2 ")
         for line in report.splitlines()
-        if line.startswith("| digits | spectral | default | 2 steps | 3 ")
     )
-    assert row  # the P2-image row counts all three paired seeds
+    assert "fresh seeds of" not in confirm().stdout  # a second call launches nothing
