@@ -129,7 +129,7 @@ def median_ratio(
     either way); p-values are ``(k + 1) / (resamples + 1)``, so never 0."""
     if len(standard) != len(reading):
         raise ValueError("standard and reading must hold the same seeds, in the same order")
-    point = _ratio(km_median(*zip(*standard)).steps, km_median(*zip(*reading)).steps)
+    point = _ratio(_median(standard), _median(reading))
     if point is None or not np.isfinite(point):
         return None
     rng = np.random.default_rng(seed)
@@ -137,15 +137,13 @@ def median_ratio(
 
     def resampled(draw: tuple[int, ...]) -> float:
         if draw not in known:
-            base = km_median(*zip(*(standard[i] for i in draw))).steps
-            mine = km_median(*zip(*(reading[i] for i in draw))).steps
-            known[draw] = _ratio(base, mine, bootstrap=True)
+            known[draw] = _ratio(
+                _median([standard[i] for i in draw]), _median([reading[i] for i in draw]), bootstrap=True
+            )
         return known[draw]
 
     n = len(standard)
-    ratios = np.array(
-        [resampled(tuple(sorted(rng.integers(0, n, n).tolist()))) for _ in range(resamples)]
-    )
+    ratios = np.array([resampled(tuple(sorted(rng.integers(0, n, n).tolist()))) for _ in range(resamples)])
     low, high = np.quantile(ratios, [(1 - CONFIDENCE) / 2, (1 + CONFIDENCE) / 2], method="inverted_cdf")
     return Ratio(
         point,
@@ -155,6 +153,10 @@ def median_ratio(
         (int((ratios <= 1).sum()) + 1) / (resamples + 1),
         resamples,
     )
+
+
+def _median(seeds: Sequence[tuple[float, bool]]) -> float | None:
+    return km_median([s for s, _ in seeds], [r for _, r in seeds]).steps
 
 
 def _ratio(base: float | None, mine: float | None, bootstrap: bool = False) -> float | None:
