@@ -103,6 +103,11 @@ def km_median(steps: Sequence[float], reached: Sequence[bool], confidence: float
     )
 
 
+def arm_median(seeds: Sequence[tuple[float, bool]]) -> Median:
+    """:func:`km_median` of one arm's ``(steps, reached)`` per seed."""
+    return km_median([s for s, _ in seeds], [r for _, r in seeds])
+
+
 @dataclass(frozen=True)
 class Ratio:
     """``reading / standard`` of the Kaplan–Meier medians, with the paired bootstrap's 95%
@@ -129,7 +134,7 @@ def median_ratio(
     either way); p-values are ``(k + 1) / (resamples + 1)``, so never 0."""
     if len(standard) != len(reading):
         raise ValueError("standard and reading must hold the same seeds, in the same order")
-    point = _ratio(_median(standard), _median(reading))
+    point = _ratio(arm_median(standard).steps, arm_median(reading).steps)
     if point is None or not np.isfinite(point):
         return None
     rng = np.random.default_rng(seed)
@@ -138,7 +143,9 @@ def median_ratio(
     def resampled(draw: tuple[int, ...]) -> float:
         if draw not in known:
             known[draw] = _ratio(
-                _median([standard[i] for i in draw]), _median([reading[i] for i in draw]), bootstrap=True
+                arm_median([standard[i] for i in draw]).steps,
+                arm_median([reading[i] for i in draw]).steps,
+                bootstrap=True,
             )
         return known[draw]
 
@@ -153,10 +160,6 @@ def median_ratio(
         (int((ratios <= 1).sum()) + 1) / (resamples + 1),
         resamples,
     )
-
-
-def _median(seeds: Sequence[tuple[float, bool]]) -> float | None:
-    return km_median([s for s, _ in seeds], [r for _, r in seeds]).steps
 
 
 def _ratio(base: float | None, mine: float | None, bootstrap: bool = False) -> float | None:

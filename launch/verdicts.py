@@ -265,10 +265,7 @@ def _to_target(claim: Claim, task: str, every: list[Run]) -> list[Verdict]:
         mine = {r.seed: ttq.steps_to_target(r, goal) for r in members}
         theirs = {r.seed: ttq.steps_to_target(r, goal) for r in base}
         seeds = sorted(s for s in mine if mine[s] is not None and theirs.get(s) is not None)
-        arms = [
-            ttq.km_median(*zip(*(arm[s] for s in seeds), strict=True)) if seeds else None
-            for arm in (theirs, mine)
-        ]
+        arms = [ttq.arm_median([arm[s] for s in seeds]) if seeds else None for arm in (theirs, mine)]
         ratio = (
             ttq.median_ratio([theirs[s] for s in seeds], [mine[s] for s in seeds]) if len(seeds) > 1 else None
         )

@@ -47,9 +47,9 @@ def test_a_censored_seed_is_counted_and_moves_the_median_later_than_dropping_it(
     dropped = km_median(reached, [True] * 4)
     assert kept.n == 5 and kept.censored == 1
     assert (dropped.steps, kept.steps) == (300, 400)
-    # and it is not counted as if it had arrived at its last step: that moves nothing here, but it
-    # is an event, not a censoring
-    assert km_median(reached + [1000], [True] * 5).censored == 0
+    # nor is it counted as if it had arrived at its last step: as an event there, the curve would
+    # fall to 0 and bound the interval at 1,000; censored, the interval's upper end is not reached
+    assert km_median(reached + [1000], [True] * 5).high == 1000 and kept.high is None
 
 
 def test_steps_to_target_is_the_first_validation_step_else_the_last_censored():
@@ -105,3 +105,19 @@ def test_the_bootstrap_is_reproducible_and_sees_a_slower_reading():
     slower = [(s * 1.4, True) for s in STANDARD]
     once, again = median_ratio(base, slower), median_ratio(base, slower)
     assert once == again and once.ratio == pytest.approx(1.4) and once.p_against < 0.025 < once.p_for
+
+
+def test_the_interval_is_where_the_log_log_greenwood_band_crosses_a_half():
+    """Ten seeds at 100 … 1,000, none censored: the band computed here by hand (Greenwood's variance,
+    the log-log transform) and its first crossings of ½ are the interval's ends."""
+    n, z = 10, 1.959964
+    ends = {}
+    for k in range(1, n):  # the curve after the k-th arrival (at 0, after the last, the band is the curve)
+        survival = 1 - k / n
+        greenwood = sum(1 / ((n - j) * (n - j - 1)) for j in range(k))
+        spread = z * math.sqrt(greenwood) / abs(math.log(survival))
+        lower, upper = survival ** math.exp(spread), survival ** math.exp(-spread)
+        ends.setdefault("low", 100 * k) if lower <= 0.5 else None
+        ends.setdefault("high", 100 * k) if upper <= 0.5 else None
+    median = km_median([100 * k for k in range(1, n + 1)], [True] * n)
+    assert median.steps == 500 and (median.low, median.high) == (ends["low"], ends["high"]) != (100, 1000)
