@@ -21,9 +21,10 @@ Measures (a claim's ``measure``):
 
 ``final``            the run's main metric at the end (``summary.json``'s ``final``);
 ``init:<key>``       a monitor quantity before the first step (the trainer logs it at step 0);
-``steps``            P4's: the first validation step at which a seed reaches ``standard``'s mean
-                     final metric, over the run's length; a seed that never reaches it counts its
-                     whole length ([reading]: censored at 1, which can only understate a speed-up);
+``time_to_target``   P4's speed: each seed's steps to a target (``Claim.target_fraction`` of
+                     ``standard``'s mean final metric), censored where never reached; the row is the
+                     ratio of the arms' Kaplan–Meier medians with a paired bootstrap over seeds
+                     (:mod:`launch.time_to_quality`), not a mean of per-seed differences;
 ``stages``           P5's two stages, read from ``standard``'s own validation accuracy ([reading]):
                      for a seed that learns (reaches 95%), the plateau (steps before it leaves
                      chance by a tenth of the way to 100%) minus the rise (steps from there to 95%),
@@ -41,6 +42,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from . import stats
+from . import time_to_quality as ttq
 from .claims import CHECKED_BY_TESTS, CLAIMS, Claim
 from .records import Run, options
 from .results import fmt
@@ -102,17 +104,6 @@ def monitor_at(run: Run, key: str, step: int = 0) -> float | None:
     return math.log10(value) if key.startswith("kappa/") and value > 0 else float(value)
 
 
-def steps_to(run: Run, target: float) -> float | None:
-    """The first validation step reaching ``target``, over the run's length (1: never reached)."""
-    steps, values = run.series(run.metric)
-    if not steps:
-        return None
-    for s, v in zip(steps, values, strict=True):
-        if (v >= target) if run.higher_is_better else (v <= target):
-            return s / steps[-1]
-    return 1.0
-
-
 def stages(run: Run, chance: float) -> float | None:
     """P5's plateau minus rise over the run's length, for a seed that learns (else ``None``)."""
     steps, acc = run.series(run.metric)
@@ -123,13 +114,11 @@ def stages(run: Run, chance: float) -> float | None:
     return (leave - (reach - leave)) / steps[-1]
 
 
-def measure(run: Run, claim: Claim, target: float | None) -> float | None:
+def measure(run: Run, claim: Claim) -> float | None:
     if claim.measure == "final":
         return run.final.get(run.metric)
     if claim.measure.startswith("init:"):
         return monitor_at(run, claim.measure.removeprefix("init:"))
-    if claim.measure == "steps":
-        return None if target is None else steps_to(run, target)
     raise ValueError(f"unknown measure {claim.measure!r}")
 
 
@@ -152,6 +141,8 @@ def verdicts(
             found = (
                 _stages(claim, task, here)
                 if claim.measure == "stages"
+                else _to_target(claim, task, here)
+                if claim.measure == "time_to_target"
                 else _paired(claim, task, here, margin)
             )
             for v in found:
@@ -229,9 +220,8 @@ def _paired(claim: Claim, task: str, every: list[Run], margin: float | None = No
         members, base = [r for r in everyone if counted(r)], [r for r in every_base if counted(r)]
         if not base:
             continue
-        target = statistics.fmean(r.final[r.metric] for r in base) if claim.measure == "steps" else None
-        mine = {r.seed: measure(r, claim, target) for r in members}
-        theirs = {r.seed: measure(r, claim, target) for r in base}
+        mine = {r.seed: measure(r, claim) for r in members}
+        theirs = {r.seed: measure(r, claim) for r in base}
         seeds = sorted(s for s in mine if mine[s] is not None and theirs.get(s) is not None)
         diffs = [mine[s] - theirs[s] for s in seeds]
         sign = (
@@ -266,6 +256,89 @@ def _paired(claim: Claim, task: str, every: list[Run], margin: float | None = No
             )
         )
     return out
+
+
+def _to_target(claim: Claim, task: str, every: list[Run]) -> list[Verdict]:
+    """P4's speed, one verdict per reading: the ratio ``reading / standard`` of the Kaplan–Meier
+    median steps to the target, over the seeds both arms have (:mod:`launch.time_to_quality`);
+    *inconclusive*, with the reason in the row, where a median is not reached."""
+    readings: dict[str, list[Run]] = defaultdict(list)
+    for r in every:
+        readings[r.experiment].append(r)
+    baselines = {m[0].context: m for m in readings.values() if m[0].attn == "standard"}
+    labels = reading_labels(every)
+    out = []
+    for experiment, everyone in sorted(readings.items(), key=lambda kv: labels[kv[0]]):
+        every_base = baselines.get(everyone[0].context)
+        if everyone[0].attn != claim.variant or every_base is None:
+            continue
+        members, base = [r for r in everyone if counted(r)], [r for r in every_base if counted(r)]
+        if not base:
+            continue
+        fraction = claim.target_fraction or 1.0
+        goal = ttq.target([r.final[r.metric] for r in base], base[0].higher_is_better, fraction)
+        mine = {r.seed: ttq.steps_to_target(r, goal) for r in members}
+        theirs = {r.seed: ttq.steps_to_target(r, goal) for r in base}
+        seeds = sorted(s for s in mine if mine[s] is not None and theirs.get(s) is not None)
+        arms = [ttq.arm_median([arm[s] for s in seeds]) if seeds else None for arm in (theirs, mine)]
+        ratio = (
+            ttq.median_ratio([theirs[s] for s in seeds], [mine[s] for s in seeds]) if len(seeds) > 1 else None
+        )
+        verdict = Verdict(
+            claim,
+            task,
+            labels[experiment],
+            len(seeds),
+            arms[0] and arms[0].steps,
+            arms[1] and arms[1].steps,
+            None if ratio is None else ratio.ratio,
+            None if ratio is None else ratio.low,
+            None if ratio is None else ratio.high,
+            _entropy(members),
+            claimed_sign=-1,
+            metric=base[0].metric or "",
+            budget=budget_of(everyone[0]),
+            not_counted=left_out(everyone + every_base, set(seeds)),
+        )
+        verdict.note = _speed_note(claim, goal, fraction, base[0], arms, ratio, seeds)
+        if ratio is not None:  # the bootstrap's p-values, in the shape three_way and Holm read
+            nan = float("nan")  # no t-test spread: no MDE, no seeds for δ
+            verdict.test = stats.PairedTest(
+                len(seeds), ratio.ratio, nan, ratio.low, ratio.high, ratio.p_for, ratio.p_against, None
+            )
+        out.append(verdict)
+    return out
+
+
+def _speed_note(
+    claim: Claim,
+    goal: float,
+    fraction: float,
+    base: Run,
+    arms: list[ttq.Median | None],
+    ratio: ttq.Ratio | None,
+    seeds: list[int],
+) -> str:
+    """The target and each arm's median [interval] (censored seeds), or why no ratio was formed."""
+    factor = fraction if base.higher_is_better else 2 - fraction
+    reach = "≥" if base.higher_is_better else "≤"
+    text = f"target {base.metric} {reach} {goal:.4g} ({factor:g} × standard's mean final)"
+    if arms[0] is None:
+        return f"{text}: no seed of both arms"
+    text += f": standard {arms[0]} → {claim.variant} {arms[1]}"
+    if ratio is None:
+        missing = [
+            name for name, arm in zip(("standard", claim.variant), arms, strict=True) if arm.steps is None
+        ]
+        why = (
+            f"{' and '.join(missing)}'s median not reached"
+            if missing
+            else "fewer than two seeds"
+            if len(seeds) < 2
+            else "standard's median is step 0"
+        )
+        text += f"; no ratio: {why}"
+    return text
 
 
 def _stages(claim: Claim, task: str, runs: list[Run]) -> list[Verdict]:
@@ -321,7 +394,9 @@ def claims_section(found: list[Verdict], stopping: list[str] = ()) -> list[str]:
         "holds only unadjusted is marked †). *budget*: what the runs trained for; *n*: the paired "
         "seeds, and the runs left out named (failed, unfinished, unpaired). *MDE*: the smallest "
         "effect these seeds detect with 80% power, from the paired differences' spread; *seeds for "
-        "δ*: how many a test of δ would need. "
+        "δ*: how many a test of δ would need. *time_to_target* (P4's speed): *ours* is the target "
+        "and each arm's Kaplan–Meier median steps to it [95% interval] with the seeds censored (never "
+        "reached it), the effect the ratio of the medians with a paired bootstrap's interval. "
         "*entropy*: the reading's median attention entropy "
         "at init (1 uniform, 0 one-hot): κ(P) = 1 is what a collapsed attention scores, so read κ "
         "beside it.",
@@ -354,7 +429,7 @@ def claims_section(found: list[Verdict], stopping: list[str] = ()) -> list[str]:
 
 def _verdict_row(v: Verdict) -> str:
     measure = v.claim.measure
-    if measure == "stages":
+    if measure in ("stages", "time_to_target"):
         ours = v.note
     else:
         ours = "—" if v.value is None else f"{_measured(v, v.baseline)} → {_measured(v, v.value)}"
@@ -395,4 +470,6 @@ def _signed(v: Verdict, value: float) -> str:
     if v.claim.measure == "final":
         text = fmt(abs(value), v.metric)
         return ("−" if value < 0 else "+") + text
+    if v.claim.measure == "time_to_target":  # a ratio of medians, not a difference
+        return "∞" if math.isinf(value) else f"{value:.2f}×"
     return f"{value:+.3f}"

@@ -9,7 +9,7 @@ import pytest
 from launch.claims import CLAIMS, Claim
 from launch.records import Run
 from launch.stats import paired_test
-from launch.verdicts import stages, steps_to, verdicts
+from launch.verdicts import stages, verdicts
 from src.engine.record.identity import Identity
 
 FINAL = Claim("T-final", "T", "the variant trains better", "spectral", "final", "metric", ("digits",))
@@ -85,11 +85,6 @@ def test_noise_either_way_is_inconclusive_and_a_lower_is_better_claim_flips_the_
     assert v.verdict == "reproduced" and v.effect == pytest.approx(-2 + 0.1, abs=0.11)  # log10: 10³ → 10¹
 
 
-def test_steps_to_target_counts_a_seed_that_never_reaches_it_as_the_whole_run():
-    reaching = run("cond_init", 0, 0.9, curve=[0.5, 0.85, 0.9, 0.9])
-    assert steps_to(reaching, 0.85) == 0.5 and steps_to(reaching, 0.95) == 1.0
-
-
 def test_two_stages_are_a_plateau_longer_than_the_rise():
     plateau = run("standard", 0, 1.0, curve=[0.5] * 6 + [0.7, 0.96, 1.0, 1.0])  # leaves at 700, 95% at 800
     assert stages(plateau, 0.5) == pytest.approx((700 - 100) / 1000)
@@ -103,7 +98,10 @@ def test_every_claim_names_a_variant_a_measure_and_a_task_the_readings_run():
 
     for claim in CLAIMS:
         assert claim.variant in VARIANTS and claim.source in claim.key
-        assert claim.measure in ("final", "steps", "stages") or claim.measure.startswith("init:")
+        assert claim.measure in ("final", "time_to_target", "stages") or claim.measure.startswith("init:")
+        # a target stated before the runs, a fraction of standard's final (time to target only)
+        assert (claim.target_fraction is not None) == (claim.measure == "time_to_target")
+        assert claim.target_fraction is None or 0.5 < claim.target_fraction <= 1
         assert set(claim.tasks) <= {"digits", "lra_listops_small", "lm_char", "modadd"}
 
 
