@@ -299,7 +299,12 @@ def _to_target(claim: Claim, task: str, every: list[Run]) -> list[Verdict]:
             metric=base[0].metric or "",
             budget=budget_of(everyone[0]),
             not_counted=left_out(everyone + every_base, set(seeds)),
+            experiment=experiment,
+            baseline_experiment=every_base[0].experiment,
+            stage=everyone[0].identity.config.get("stage") or "",
         )
+        if verdict.stage:
+            verdict.reading += f" ({verdict.stage})"
         verdict.note = _speed_note(claim, goal, fraction, base[0], arms, ratio, seeds)
         if ratio is not None:  # the bootstrap's p-values, in the shape three_way and Holm read
             nan = float("nan")  # no t-test spread: no MDE, no seeds for δ

@@ -74,17 +74,22 @@ def arm(attn: str, reach_at: list[int], length: int = 20) -> list:
 STANDARD = [800, 900, 1000, 1100, 1200]
 
 
-def test_a_reading_that_arrives_in_0_7_of_the_steps_on_every_seed_is_reproduced():
+def test_a_reading_that_arrives_in_0_7_of_the_steps_on_every_seed_is_reproduced_from_six_seeds():
     faster = [100 * math.ceil(0.7 * s / 100) for s in STANDARD]  # 600, 700, 700, 800, 900
     (v,) = verdicts(arm("standard", STANDARD) + arm("cond_init", faster), [IMAGE_SPEED])
     assert (v.baseline, v.value, v.n) == (1000, 700, 5)
     assert v.effect == pytest.approx(0.7) and v.low <= 0.7 <= v.high < 1
-    assert v.verdict == "reproduced" and v.adjusted == "reproduced"
+    # every seed faster, but 5 seeds: the sign test's floor (1/32 > 2.5%) keeps the bootstrap's
+    # 1/2,001 from settling it
+    assert v.test.p_for == pytest.approx(1 / 32) and v.verdict == "inconclusive"
     assert (
         "standard 1,000 [800, 1,200] (0 of 5 censored) → cond_init 700 [600, 900] (0 of 5 censored)" in v.note
     )
     row = next(line for line in claims_section([v]) if line.startswith("| digits"))
     assert "0.70× [" in row and "val/acc ≥ 0.95" in row
+    six = [*STANDARD, 1000]  # a sixth seed, faster too: 1/64 < 2.5%
+    (v,) = verdicts(arm("standard", six) + arm("cond_init", [*faster, 700]), [IMAGE_SPEED])
+    assert v.verdict == "reproduced" and v.adjusted == "reproduced"
 
 
 def test_identical_arms_are_inconclusive():
@@ -104,7 +109,10 @@ def test_the_bootstrap_is_reproducible_and_sees_a_slower_reading():
     base = [(s, True) for s in STANDARD]
     slower = [(s * 1.4, True) for s in STANDARD]
     once, again = median_ratio(base, slower), median_ratio(base, slower)
-    assert once == again and once.ratio == pytest.approx(1.4) and once.p_against < 0.025 < once.p_for
+    assert once == again and once.ratio == pytest.approx(1.4) and once.p_for == 1.0
+    assert once.p_against == pytest.approx(1 / 32)  # the sign test's floor over 5 seeds
+    six = [*base, (1000, True)]
+    assert median_ratio(six, [(s * 1.4, True) for s, _ in six]).p_against == pytest.approx(1 / 64)
 
 
 def test_the_interval_is_where_the_log_log_greenwood_band_crosses_a_half():
