@@ -16,6 +16,8 @@ from launch import stats
 from launch.claims import Claim
 from launch.records import Run, read_runs
 from launch.settle import Plan, settle
+from launch.verdicts import verdicts
+from src.engine.record.identity import Identity
 
 GAIN = Claim("T-gain", "T", "the variant trains better", "spectral", "final", "metric", ("digits",))
 
@@ -223,3 +225,24 @@ def test_settle_repeats_the_sweeps_own_command_with_new_seeds_and_the_report_sta
         for line in report.splitlines()
     )
     assert "fresh seeds of" not in confirm().stdout  # a second call launches nothing
+
+
+def test_confirm_runs_pair_among_themselves_and_are_a_family_of_their_own():
+    """Exploratory seeds 0-4 of three readings and confirm seeds 1000-1004 of one: the confirm row
+    pairs only with confirm seeds of standard, and its Holm family is itself (its adjusted verdict
+    is its raw one), whatever the exploratory readings beside it."""
+
+    def confirm_run(attn: str, seed: int, acc: float, **options) -> Run:
+        r = run(attn, seed, acc, **options)
+        r.identity = Identity({**r.identity.config, "stage": "confirm"})
+        return r
+
+    explored = [run("standard", s, 0.90) for s in range(5)]
+    explored += [run("spectral", s, 0.90 + 0.01 * (s % 2), lam=lam) for s in range(5) for lam in (1, 2, 3)]
+    confirmed = [confirm_run("standard", s, 0.90) for s in range(1000, 1005)]
+    confirmed += [confirm_run("spectral", s, 0.92 + 0.001 * (s % 2), lam=2) for s in range(1000, 1005)]
+    found = verdicts(explored + confirmed, [GAIN])
+    assert len(found) == 4
+    (row,) = [v for v in found if v.stage == "confirm"]
+    assert row.n == 5 and row.reading == "lam=2 (confirm)" and row.effect == pytest.approx(0.0204)
+    assert row.adjusted == row.verdict == "reproduced"
