@@ -187,11 +187,26 @@ def counted(run: Run) -> bool:
 
 
 def budget_of(run: Run) -> str:
-    """What ``run`` was trained for, from its identity: steps, else epochs (``""`` if neither)."""
-    trainer = run.identity.config.get("trainer", {}) or {}
-    if trainer.get("max_steps"):
-        return f"{trainer['max_steps']:,} steps"
-    return f"{trainer['max_epochs']:g} epochs" if trainer.get("max_epochs") else ""
+    """What ``run`` was trained for, from its identity and summary: its steps, else epochs, then the
+    other of the two where the summary knows an epoch's steps, the samples it saw (steps × global
+    batch) and, for a language model, the tokens (``""`` if it has no length)."""
+    config = run.identity.config
+    trainer, task = config.get("trainer", {}) or {}, config.get("task", {}) or {}
+    steps, epochs = trainer.get("max_steps"), trainer.get("max_epochs")
+    per_epoch = run.steps_per_epoch
+    if not steps and epochs and per_epoch:
+        steps = epochs * per_epoch
+    if not steps:
+        return f"{epochs:g} epochs" if epochs else ""
+    parts = [f"{steps:,} steps" if trainer.get("max_steps") else f"{epochs:g} epochs ({steps:,} steps)"]
+    if trainer.get("max_steps") and per_epoch:
+        parts.append(f"{steps / per_epoch:.1f} epochs")
+    batch = task.get("batch_size")
+    if isinstance(batch, int):
+        samples = steps * batch * int(trainer.get("accumulate") or 1)
+        seq = task.get("seq_len") if task.get("input") == "causal_lm" else None
+        parts.append(f"{samples * seq:,} tokens" if isinstance(seq, int) else f"{samples:,} samples")
+    return " · ".join(parts)
 
 
 def left_out(runs: list[Run], paired: set[int]) -> str:

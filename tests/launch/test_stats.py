@@ -160,3 +160,26 @@ def test_a_row_states_its_budget_and_names_the_runs_it_left_out():
     left = "spectral seed 3 failed; spectral seed 7 unpaired; standard seed 3 unpaired"  # its partner failed
     assert late.not_counted == left
     assert f"| 3 (not counted: {left}) |" in "\n".join(claims_section(found))
+
+
+def test_a_budget_states_steps_epochs_and_what_was_seen():
+    """Steps and epochs each from the other where the summary knows an epoch's steps; samples are
+    steps × global batch, tokens for a language model."""
+    from dataclasses import replace
+
+    from launch.verdicts import budget_of
+    from src.engine.record.identity import Identity
+
+    def budget(trainer: dict, task: dict, per_epoch: int | None) -> str:
+        r = run("standard", 0, 0.5)
+        return budget_of(
+            replace(r, identity=Identity({"trainer": trainer, "task": task}), steps_per_epoch=per_epoch)
+        )
+
+    lm = {"input": "causal_lm", "seq_len": 128, "batch_size": 16}
+    assert budget({"max_steps": 300}, lm, 200) == "300 steps · 1.5 epochs · 614,400 tokens"
+    assert budget({"max_steps": 300, "accumulate": 2}, lm, None) == "300 steps · 1,228,800 tokens"
+    sandbox = {"input": "tokens", "batch_size": 32}
+    assert budget({"max_epochs": 60}, sandbox, 64) == "60 epochs (3,840 steps) · 122,880 samples"
+    assert budget({"max_epochs": 60}, sandbox, None) == "60 epochs"
+    assert budget({}, sandbox, 64) == ""
