@@ -41,7 +41,7 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 
-from . import stats
+from . import reading_files, stats
 from . import time_to_quality as ttq
 from .claims import CHECKED_BY_TESTS, CLAIMS, Claim
 from .records import Run, options
@@ -74,6 +74,8 @@ class Verdict:
     experiment: str = ""  # the reading's experiment hash (launch.records.Run.experiment)
     baseline_experiment: str = ""  # standard's, in the same setting
     stage: str = ""  # "confirm": fresh seeds of the confirm stage (launch.settle --confirm), its own family
+    reading_file: str = ""  # the conf/reading/ file its runs match ("" where none does)
+    role: str = ""  # primary (the claim's reading, chosen from the text) | exploratory | confirm
 
     @property
     def verdict(self) -> str:
@@ -95,6 +97,25 @@ class Verdict:
         return stats.seeds_needed(self.test.sd, self.margin)
 
 
+#: The points of training a monitor measure is read at, each its own family: before the first
+#: step, the mean over the monitor steps strictly between the first and the last, and the last.
+WHEN = ("at init", "during training", "at the end")
+
+
+def monitor_point(run: Run, key: str, when: str) -> float | None:
+    """A monitor quantity at one of :data:`WHEN` (κ in log10; None where the run has no such
+    point: ``during training`` needs a monitor step strictly inside the run)."""
+    steps = sorted({r["step"] for r in run.rows if r.get("split") == "monitor" and r.get(key) is not None})
+    if when == "at init":
+        return monitor_at(run, key, 0)
+    if not steps or steps[-1] == 0:
+        return None
+    if when == "at the end":
+        return monitor_at(run, key, steps[-1])
+    inside = [v for s in steps[1:-1] if s > 0 and (v := monitor_at(run, key, s)) is not None]
+    return statistics.fmean(inside) if inside else None
+
+
 def monitor_at(run: Run, key: str, step: int = 0) -> float | None:
     """A monitor quantity at ``step`` (κ in log10)."""
     row = next((r for r in run.rows if r.get("split") == "monitor" and r.get("step") == step), None)
@@ -114,11 +135,11 @@ def stages(run: Run, chance: float) -> float | None:
     return (leave - (reach - leave)) / steps[-1]
 
 
-def measure(run: Run, claim: Claim) -> float | None:
+def measure(run: Run, claim: Claim, when: str = "") -> float | None:
     if claim.measure == "final":
         return run.final.get(run.metric)
-    if claim.measure.startswith("init:"):
-        return monitor_at(run, claim.measure.removeprefix("init:"))
+    if claim.measure.startswith("monitor:"):
+        return monitor_point(run, claim.measure.removeprefix("monitor:"), when)
     raise ValueError(f"unknown measure {claim.measure!r}")
 
 
@@ -138,17 +159,19 @@ def verdicts(
         margin = (margins or {}).get(claim.key, claim.margin)
         for task in claim.tasks:
             here = [r for r in readable if r.task == task]
-            found = (
-                _stages(claim, task, here)
-                if claim.measure == "stages"
-                else _to_target(claim, task, here)
-                if claim.measure == "time_to_target"
-                else _paired(claim, task, here, margin)
-            )
-            for v in found:
-                v.levels = (levels or {}).get(v.experiment, stats.FIXED)
-            for stage in dict.fromkeys(v.stage for v in found):  # a confirm stage is one planned test
-                out += adjust([v for v in found if v.stage == stage])
+            if claim.measure == "stages":
+                families = [_stages(claim, task, here)]
+            elif claim.measure == "time_to_target":
+                families = [_to_target(claim, task, here)]
+            elif claim.measure.startswith("monitor:"):  # each point of training its own family
+                families = [_paired(claim, task, here, margin, when) for when in WHEN]
+            else:
+                families = [_paired(claim, task, here, margin)]
+            for found in families:
+                for v in found:
+                    v.levels = (levels or {}).get(v.experiment, stats.FIXED)
+                for stage in dict.fromkeys(v.stage for v in found):  # a confirm stage: one planned test
+                    out += adjust([v for v in found if v.stage == stage])
     return out
 
 
@@ -217,27 +240,67 @@ def left_out(runs: list[Run], paired: set[int]) -> str:
     return "; ".join(sorted(set(out)))
 
 
-def _paired(claim: Claim, task: str, every: list[Run], margin: float | None = None) -> list[Verdict]:
-    """The claim against ``standard`` in the same setting, one verdict per reading; runs that did
-    not complete are named in the row, not counted."""
-    readings: dict[str, list[Run]] = defaultdict(list)
+@dataclass
+class Pairing:
+    """One reading of a claim's variant and ``standard`` in the same setting: every run of each
+    (``everyone``, ``every_base``) and the ones a verdict counts (``members``, ``base``)."""
+
+    experiment: str
+    label: str
+    everyone: list[Run]
+    every_base: list[Run]
+    members: list[Run]
+    base: list[Run]
+
+    def place(self, v: Verdict, claim: Claim) -> Verdict:
+        """Give ``v`` what ties it to its runs: experiments, stage, budget, reading file and role."""
+        first = self.everyone[0]
+        v.experiment, v.baseline_experiment = self.experiment, self.every_base[0].experiment
+        v.stage = first.identity.config.get("stage") or ""
+        v.budget = budget_of(first)
+        v.reading_file = reading_files.matching(first) or ""
+        v.role = "confirm" if v.stage else "primary" if v.reading_file == claim.primary else "exploratory"
+        if v.stage:
+            v.reading += f" ({v.stage})"
+        return v
+
+
+def pairings(claim: Claim, every: list[Run]) -> list[Pairing]:
+    """The claim's variant's readings found in ``every``, each with ``standard`` in its setting;
+    a reading without a completed ``standard`` beside it has nothing to be compared with."""
+    by_experiment: dict[str, list[Run]] = defaultdict(list)
     for r in every:
-        readings[r.experiment].append(r)
-    baselines = {
-        members[0].context: members for members in readings.values() if members[0].attn == "standard"
-    }
+        by_experiment[r.experiment].append(r)
+    baselines = {m[0].context: m for m in by_experiment.values() if m[0].attn == "standard"}
     labels = reading_labels(every)
     out = []
-    for experiment, everyone in sorted(readings.items(), key=lambda kv: labels[kv[0]]):
+    for experiment, everyone in sorted(by_experiment.items(), key=lambda kv: labels[kv[0]]):
         every_base = baselines.get(everyone[0].context)
         if everyone[0].attn != claim.variant or every_base is None:
             continue
         members, base = [r for r in everyone if counted(r)], [r for r in every_base if counted(r)]
-        if not base:
-            continue
-        mine = {r.seed: measure(r, claim) for r in members}
-        theirs = {r.seed: measure(r, claim) for r in base}
+        if base:
+            out.append(Pairing(experiment, labels[experiment], everyone, every_base, members, base))
+    return out
+
+
+def _paired(
+    claim: Claim, task: str, every: list[Run], margin: float | None = None, when: str = ""
+) -> list[Verdict]:
+    """The claim against ``standard`` in the same setting, one verdict per reading; runs that did
+    not complete are named in the row, not counted. ``when``: for a monitor measure, the point of
+    training it is read at (:data:`WHEN`)."""
+    out = []
+    for pair in pairings(claim, every):
+        everyone, every_base, members, base = pair.everyone, pair.every_base, pair.members, pair.base
+        mine = {r.seed: measure(r, claim, when) for r in members}
+        theirs = {r.seed: measure(r, claim, when) for r in base}
         seeds = sorted(s for s in mine if mine[s] is not None and theirs.get(s) is not None)
+        no_value = [
+            f"{r.attn} seed {r.seed} has no value {when or claim.measure}"
+            for r in members + base
+            if measure(r, claim, when) is None
+        ]
         diffs = [mine[s] - theirs[s] for s in seeds]
         sign = (
             -1
@@ -246,30 +309,24 @@ def _paired(claim: Claim, task: str, every: list[Run], margin: float | None = No
         )
         test = stats.paired_test(diffs, sign, margin)
         low, high = (None, None) if test is None else (test.low, test.high)
-        out.append(
-            Verdict(
-                claim,
-                task,
-                labels[experiment]
-                + (f" ({stage})" if (stage := everyone[0].identity.config.get("stage")) else ""),
-                len(seeds),
-                statistics.fmean(theirs[s] for s in seeds) if seeds else None,
-                statistics.fmean(mine[s] for s in seeds) if seeds else None,
-                statistics.fmean(diffs) if diffs else None,
-                low,
-                high,
-                _entropy(members),
-                claimed_sign=sign,
-                metric=base[0].metric or "",
-                test=test,
-                margin=margin,
-                budget=budget_of(everyone[0]),
-                not_counted=left_out(everyone + every_base, set(seeds)),
-                experiment=experiment,
-                baseline_experiment=every_base[0].experiment,
-                stage=everyone[0].identity.config.get("stage") or "",
-            )
+        verdict = Verdict(
+            claim,
+            task,
+            pair.label + (f" · {when}" if when else ""),
+            len(seeds),
+            statistics.fmean(theirs[s] for s in seeds) if seeds else None,
+            statistics.fmean(mine[s] for s in seeds) if seeds else None,
+            statistics.fmean(diffs) if diffs else None,
+            low,
+            high,
+            _entropy(members),
+            claimed_sign=sign,
+            metric=base[0].metric or "",
+            test=test,
+            margin=margin,
+            not_counted="; ".join(filter(None, [left_out(everyone + every_base, set(seeds)), *no_value])),
         )
+        out.append(pair.place(verdict, claim))
     return out
 
 
@@ -277,19 +334,9 @@ def _to_target(claim: Claim, task: str, every: list[Run]) -> list[Verdict]:
     """P4's speed, one verdict per reading: the ratio ``reading / standard`` of the Kaplan–Meier
     median steps to the target, over the seeds both arms have (:mod:`launch.time_to_quality`);
     *inconclusive*, with the reason in the row, where a median is not reached."""
-    readings: dict[str, list[Run]] = defaultdict(list)
-    for r in every:
-        readings[r.experiment].append(r)
-    baselines = {m[0].context: m for m in readings.values() if m[0].attn == "standard"}
-    labels = reading_labels(every)
     out = []
-    for experiment, everyone in sorted(readings.items(), key=lambda kv: labels[kv[0]]):
-        every_base = baselines.get(everyone[0].context)
-        if everyone[0].attn != claim.variant or every_base is None:
-            continue
-        members, base = [r for r in everyone if counted(r)], [r for r in every_base if counted(r)]
-        if not base:
-            continue
+    for pair in pairings(claim, every):
+        everyone, every_base, members, base = pair.everyone, pair.every_base, pair.members, pair.base
         fraction = claim.target_fraction or 1.0
         goal = ttq.target([r.final[r.metric] for r in base], base[0].higher_is_better, fraction)
         mine = {r.seed: ttq.steps_to_target(r, goal) for r in members}
@@ -302,7 +349,7 @@ def _to_target(claim: Claim, task: str, every: list[Run]) -> list[Verdict]:
         verdict = Verdict(
             claim,
             task,
-            labels[experiment],
+            pair.label,
             len(seeds),
             arms[0] and arms[0].steps,
             arms[1] and arms[1].steps,
@@ -312,14 +359,9 @@ def _to_target(claim: Claim, task: str, every: list[Run]) -> list[Verdict]:
             _entropy(members),
             claimed_sign=-1,
             metric=base[0].metric or "",
-            budget=budget_of(everyone[0]),
             not_counted=left_out(everyone + every_base, set(seeds)),
-            experiment=experiment,
-            baseline_experiment=every_base[0].experiment,
-            stage=everyone[0].identity.config.get("stage") or "",
         )
-        if verdict.stage:
-            verdict.reading += f" ({verdict.stage})"
+        pair.place(verdict, claim)
         verdict.note = _speed_note(claim, goal, fraction, base[0], arms, ratio, seeds)
         if ratio is not None:  # the bootstrap's p-values, in the shape three_way and Holm read
             nan = float("nan")  # no t-test spread: no MDE, no seeds for δ
@@ -417,6 +459,12 @@ def claims_section(found: list[Verdict], stopping: list[str] = ()) -> list[str]:
         "δ*: how many a test of δ would need. *time_to_target* (P4's speed): *ours* is the target "
         "and each arm's Kaplan–Meier median steps to it [95% interval] with the seeds censored (never "
         "reached it), the effect the ratio of the medians with a paired bootstrap's interval. "
+        "*reading*: the `conf/reading/` file the runs match, **primary** where it is the claim's "
+        "reading chosen from the paper's text before any run (its row is the claim's answer); the "
+        "others are exploratory, and ‡ marks a verdict that holds only for an exploratory reading "
+        "(quote it only after a confirm stage on fresh seeds, `(confirm)` rows). κ claims are read "
+        "at init, during training (the mean over the inner monitor steps) and at the end, each "
+        "point its own family. "
         "*entropy*: the reading's median attention entropy "
         "at init (1 uniform, 0 one-hot): κ(P) = 1 is what a collapsed attention scores, so read κ "
         "beside it.",
@@ -460,11 +508,29 @@ def _verdict_row(v: Verdict) -> str:
     detectable = "—" if v.detectable is None else _signed(v, v.detectable).lstrip("+")
     seeds = "—" if v.margin is None or v.test is None else (str(v.seeds_for_margin or "> 1000"))
     only_raw = "†" if v.verdict != v.adjusted and v.verdict != "inconclusive" else ""
+    exploratory = "‡" if v.role == "exploratory" and v.verdict != "inconclusive" else ""
     n = f"{v.n} (not counted: {v.not_counted})" if v.not_counted else str(v.n)
+    name = f"`{v.reading_file}`" if v.reading_file else ""
+    reading = " ".join(filter(None, [name, "**primary**" if v.role == "primary" else "", v.reading]))
     return (
-        f"| {v.task} | {v.claim.variant} | {v.reading} | {v.budget or '—'} | {n} | {ours} | {effect} "
-        f"| {detectable} | {seeds} | {entropy} | **{v.verdict}**{only_raw} | {v.adjusted} |"
+        f"| {v.task} | {v.claim.variant} | {reading} | {v.budget or '—'} | {n} | {ours} | {effect} "
+        f"| {detectable} | {seeds} | {entropy} | **{v.verdict}**{only_raw}{exploratory} | {v.adjusted} |"
     )
+
+
+def answers(found: list[Verdict]) -> dict[tuple[str, str, str], str]:
+    """``{(claim key, task, point): verdict}``: each claim's answer on each task (and point of
+    training, for a monitor measure), the Holm-adjusted verdict of its *primary* reading; a
+    confirm-stage row of the primary, where there is one, answers instead. Exploratory rows are
+    never the answer."""
+    out: dict[tuple[str, str, str], str] = {}
+    for v in found:
+        point = v.reading.rsplit(" · ", 1)[1] if " · " in v.reading else ""
+        if v.role == "primary" or (v.role == "confirm" and v.reading_file == v.claim.primary):
+            key = (v.claim.key, v.task, point.removesuffix(" (confirm)"))
+            if v.role == "confirm" or key not in out:
+                out[key] = v.adjusted
+    return out
 
 
 def _margin(claim: Claim, found: list[Verdict]) -> str:
@@ -480,7 +546,7 @@ def _measured(v: Verdict, value: float | None) -> str:
     """A mean of the claim's measure: the metric as the tables print it, κ as a power of 10."""
     if value is None:
         return "—"
-    if v.claim.measure.startswith("init:kappa"):
+    if v.claim.measure.startswith("monitor:kappa"):
         return f"10^{value:.2f}"
     return fmt(value, v.metric) if v.claim.measure == "final" else f"{value:.2f}"
 

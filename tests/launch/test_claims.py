@@ -75,14 +75,17 @@ def test_noise_either_way_is_inconclusive_and_a_lower_is_better_claim_flips_the_
     for seed, delta in enumerate([0.02, -0.03, 0.01, -0.01]):
         runs += [run("standard", seed, 0.8), run("spectral", seed, 0.8 + delta)]
     assert [v.verdict for v in verdicts(runs, [FINAL])] == ["inconclusive"]
-    kappa = Claim("T-kappa", "T", "lower κ", "spectral", "init:kappa/W_Q/median", "lower", ("digits",))
+    kappa = Claim("T-kappa", "T", "lower κ", "spectral", "monitor:kappa/W_Q/median", "lower", ("digits",))
     runs = []
     for seed in range(3):
         lowered = run("spectral", seed, 0.8)
         lowered.rows[-1]["kappa/W_Q/median"] = 10.0 ** (1 - seed % 2 + 0.1 * seed)
         runs += [run("standard", seed, 0.8), lowered]
-    (v,) = verdicts(runs, [kappa])
+    v, during, end = verdicts(runs, [kappa])
+    assert v.reading == "default · at init"
     assert v.verdict == "reproduced" and v.effect == pytest.approx(-2 + 0.1, abs=0.11)  # log10: 10³ → 10¹
+    assert during.n == end.n == 0 and end.verdict == "no data"  # only step 0 was monitored: named
+    assert "spectral seed 0 has no value at the end" in end.not_counted
 
 
 def test_two_stages_are_a_plateau_longer_than_the_rise():
@@ -98,7 +101,7 @@ def test_every_claim_names_a_variant_a_measure_and_a_task_the_readings_run():
 
     for claim in CLAIMS:
         assert claim.variant in VARIANTS and claim.source in claim.key
-        assert claim.measure in ("final", "time_to_target", "stages") or claim.measure.startswith("init:")
+        assert claim.measure in ("final", "time_to_target", "stages") or claim.measure.startswith("monitor:")
         # a target stated before the runs, a fraction of standard's final (time to target only)
         assert (claim.target_fraction is not None) == (claim.measure == "time_to_target")
         assert claim.target_fraction is None or 0.5 < claim.target_fraction <= 1
@@ -125,3 +128,70 @@ def test_keys_that_follow_the_seed_leave_the_seeds_one_experiment(tmp_path):
     assert seed_keys(folders[0]) == ["task.data_seed"]
     first, second = (read_run(f) for f in folders)
     assert first.seed != second.seed and first.experiment == second.experiment
+
+
+def monitored(attn: str, seed: int, kappas: dict[int, float], **options) -> Run:
+    """A run whose κ(W_Q) is ``kappas[step]`` at each monitor step."""
+    r = run(attn, seed, 0.8, **options)
+    r.rows = [row for row in r.rows if row["split"] != "monitor"]
+    r.rows += [{"step": s, "split": "monitor", "kappa/W_Q/median": k} for s, k in kappas.items()]
+    return r
+
+
+def test_kappa_is_judged_at_init_during_and_at_the_end():
+    """Lower at init, equal at the end: reproduced at init and not at the end; *during* is the mean
+    of log10 κ over the monitor steps strictly inside the run (hand-computed)."""
+    kappa = Claim("T-kappa", "T", "lower κ", "spectral", "monitor:kappa/W_Q/median", "lower", ("digits",))
+    runs = []
+    for seed in range(4):
+        wobble = 1 + 0.01 * seed
+        runs.append(monitored("standard", seed, {0: 1e3 * wobble, 50: 1e3, 100: 1e3, 150: 100.0 * wobble}))
+        runs.append(
+            monitored("spectral", seed, {0: 10.0, 50: 10.0, 100: 1e2, 150: 100.0 * (1 + 0.01 * (3 - seed))})
+        )
+    init, during, end = verdicts(runs, [kappa])
+    assert [v.reading.rsplit(" · ")[-1] for v in (init, during, end)] == [
+        "at init",
+        "during training",
+        "at the end",
+    ]
+    assert init.verdict == "reproduced" and end.verdict == "inconclusive"
+    assert during.value == pytest.approx((1 + 2) / 2) and during.baseline == pytest.approx(3)
+    assert during.effect == pytest.approx(-1.5)
+
+
+def test_each_primary_is_a_reading_file_and_matches_exactly_one_reading():
+    """Every claim's primary reading is a file in conf/reading/ of the claim's variant, and among
+    the runs of every reading of that variant only the primary's runs match it."""
+    from launch.reading_files import matching, reading_files
+
+    files = reading_files()
+    for claim in CLAIMS:
+        assert claim.primary in files, claim.key
+        variant, settings = files[claim.primary]
+        assert variant == claim.variant, claim.key
+        runs = [run(v, 0, 0.5, **options) for name, (v, options) in files.items() if v == claim.variant]
+        assert [r for r in runs if matching(r) == claim.primary] == [run(variant, 0, 0.5, **settings)]
+
+
+def test_the_answer_is_the_primary_reading_and_an_exploratory_verdict_is_marked():
+    """A clear gain on an exploratory reading and noise on the primary: the row of the exploratory
+    reading says *reproduced* with ‡, and the claim's answer is the primary's *inconclusive*."""
+    from launch.verdicts import answers, claims_section
+
+    claim = next(c for c in CLAIMS if c.key == "P2-image")
+    runs = []
+    for seed, noise in enumerate([0.02, -0.03, 0.01, -0.01, 0.0]):
+        runs.append(run("standard", seed, 0.8))
+        runs.append(run("spectral", seed, 0.8 + noise, mode="identity", lam=10.0, targets="qkv"))  # primary
+        runs.append(run("spectral", seed, 0.85 + noise / 10, mode="svd", targets="qkv"))  # exploratory
+    found = verdicts(runs, [claim])
+    by_file = {v.reading_file: v for v in found}
+    assert by_file["spectral_qkv"].role == "primary" and by_file["spectral_svd"].role == "exploratory"
+    assert by_file["spectral_svd"].adjusted == "reproduced"
+    assert answers(found) == {("P2-image", "digits", ""): "inconclusive"}
+    rows = "\n".join(claims_section(found))
+    svd_row = next(line for line in rows.splitlines() if "`spectral_svd`" in line)
+    assert "**reproduced**‡" in svd_row
+    primary_row = next(line for line in rows.splitlines() if "`spectral_qkv` **primary**" in line)
+    assert "**inconclusive**" in primary_row
