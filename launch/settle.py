@@ -376,6 +376,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--spending", choices=("obf", "pocock"), default="obf")
     parser.add_argument("--readings", default=None, help="settle only these readings (conf/reading/ names)")
+    parser.add_argument("--primary", action="store_true", help="settle only the claims' primary readings")
     parser.add_argument("--margin", action="append", default=[], metavar="KEY=δ")
     parser.add_argument(
         "--confirm", metavar="READINGS", help="the confirm stage: these readings and standard on fresh seeds"
@@ -399,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
         first = args.first or len({r.seed for r in runs})
         plan = Plan(first, args.batch, args.cap, args.spending)
         margins = parse_margins(args.margin)
-        wanted = readings_filter(args.readings)
+        wanted = readings_filter(args.readings, args.primary)
         say(plan.describe())
         settle(
             root,
@@ -417,14 +418,13 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def readings_filter(names: str | None) -> Callable[[Verdict, list[Run]], bool]:
-    """Rows whose reading was launched as ``reading=<one of names>`` (every row without names)."""
-    if not names:
-        return lambda v, runs: True
-    chosen = set(names.split(","))
+def readings_filter(names: str | None, primary: bool = False) -> Callable[[Verdict, list[Run]], bool]:
+    """Rows whose reading was launched as ``reading=<one of names>``, and (``primary``) only the
+    claims' primary readings; every row without either."""
+    chosen = set(names.split(",")) if names else None
 
     def wanted(v: Verdict, runs: list[Run]) -> bool:
-        return reading_name(runs) in chosen
+        return (chosen is None or reading_name(runs) in chosen) and (not primary or v.role == "primary")
 
     return wanted
 

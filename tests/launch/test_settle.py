@@ -249,3 +249,15 @@ def test_confirm_runs_pair_among_themselves_and_are_a_family_of_their_own():
     (row,) = [v for v in found if v.stage == "confirm"]
     assert row.n == 5 and row.reading == "lam=2 (confirm)" and row.effect == pytest.approx(0.0204)
     assert row.adjusted == row.verdict == "reproduced"
+
+
+def test_primary_only_leaves_exploratory_rows_at_their_seeds(tmp_path):
+    """``--primary``: a row whose reading is not its claim's primary gets no seeds."""
+    from launch.settle import readings_filter
+
+    sweep = FakeSweep(0.0, 0.02, rng_seed=2)
+    plan = Plan(first=3, batch=2, cap=7)
+    (row,) = settle(
+        tmp_path, plan, sweep.read, sweep.launch, [GAIN], wanted=readings_filter(None, True), say=print
+    )
+    assert row.role == "exploratory" and row.n == 3 and sweep.launched == []
