@@ -189,8 +189,12 @@ def convergence(runs: list[Run], metric: str | None = None) -> list[Convergence]
     (the runs' main metric, or ``metric``, e.g. ``val/loss``).
 
     The baseline itself counts its whole budget (its last step), as P4's table does (300 of
-    300 epochs); a variant's figure is the median over the seeds that reach the target.
+    300 epochs); a variant's figure is the Kaplan–Meier median over its seeds, a seed that never
+    reaches the target censored at its last logged step (counted, not dropped; None where the
+    median is not reached: :mod:`launch.time_to_quality`).
     """
+    from .time_to_quality import arm_median
+
     groups, _ = experiments([r for r in runs if (metric or r.metric) in r.final])
     settings = options(runs)
     contexts: dict[tuple, list[list[Run]]] = defaultdict(list)  # the same setting, any variant
@@ -210,11 +214,15 @@ def convergence(runs: list[Run], metric: str | None = None) -> list[Convergence]
         for members in ordered:
             if members is base:
                 hits = [max(r.series(key)[0], default=0) for r in members]
+                steps = statistics.median(hits) if hits else None
             else:
-                hits = [
-                    s for r in members if (s := first_reaching(*r.series(key), target, higher)) is not None
+                arrivals = [(first_reaching(*r.series(key), target, higher), r) for r in members]
+                hits = [s for s, _ in arrivals if s is not None]
+                seeds = [
+                    (s, True) if s is not None else (max(r.series(key)[0], default=0), False)
+                    for s, r in arrivals
                 ]
-            steps = statistics.median(hits) if hits else None
+                steps = arm_median(seeds).steps if seeds else None
             per_epoch = members[0].steps_per_epoch
             out.append(
                 Convergence(
