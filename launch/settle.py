@@ -132,6 +132,7 @@ def settle(
             v for v in found if judged(v) and not v.stage and wanted(v, by_experiment.get(v.experiment, []))
         ]
         open_rows = [v for v in mine if v.adjusted not in SETTLED]
+        state["judged"] = sorted({*state.get("judged", []), *(v.experiment for v in mine)})
         advanced = advance(open_rows, targets, plan)
         state["looks"].append(look_record(found, targets, advanced))
         save_state(root, state)
@@ -261,7 +262,8 @@ def read_plan(root: Path) -> tuple[Plan, dict[str, stats.Levels]] | None:
         return None
     try:
         plan = Plan(**state["plan"])
-        return plan, {e: plan.levels(int(t)) for e, t in state["targets"].items()}
+        judged = set(state.get("judged", state["targets"]))  # rows never looked at keep the fixed levels
+        return plan, {e: plan.levels(int(t)) for e, t in state["targets"].items() if e in judged}
     except (KeyError, TypeError, ValueError, AttributeError) as error:
         raise SuiteError(f"{root / STATE}: not a settle state ({error}); move it aside") from None
 

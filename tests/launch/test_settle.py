@@ -261,3 +261,18 @@ def test_primary_only_leaves_exploratory_rows_at_their_seeds(tmp_path):
         tmp_path, plan, sweep.read, sweep.launch, [GAIN], wanted=readings_filter(None, True), say=print
     )
     assert row.role == "exploratory" and row.n == 3 and sweep.launched == []
+
+
+def test_rows_the_settle_never_judged_keep_the_fixed_levels(tmp_path):
+    """Under ``--primary`` an exploratory row is never looked at sequentially: the report reads it
+    at the fixed levels, not at a look's spent alpha; settled as a wanted row, at its last look's."""
+    from launch.settle import read_plan, readings_filter
+
+    plan = Plan(3, 2, 7)
+    only_primary, every_row = tmp_path / "primary", tmp_path / "all"
+    for root, wanted in ((only_primary, readings_filter(None, True)), (every_row, readings_filter(None))):
+        root.mkdir()
+        sweep = FakeSweep(0.0, 0.02, rng_seed=2)
+        settle(root, plan, sweep.read, sweep.launch, [GAIN], wanted=wanted, say=lambda _: None)
+    assert read_plan(only_primary)[1] == {}
+    assert set(read_plan(every_row)[1].values()) == {plan.levels(7)}
