@@ -310,6 +310,24 @@ def jobs(arguments: list[str]) -> list[tuple[list[str], int]]:
     ]
 
 
+def per_experiment(arguments: list[str]) -> list[list[str]]:
+    """``arguments`` once per experiment where they sweep it (``experiment=paper/lra,paper/lm``):
+    one grid, one table each."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    import src.engine.schema  # noqa: F401  the trainer schema the config is composed with
+    from src.cli import config_loader
+
+    parsed = OverridesParser.create(config_loader=config_loader()).parse_overrides(arguments)
+    for i, override in enumerate(parsed):
+        if override.get_key_element() == "experiment" and override.is_sweep_override():
+            return [
+                [*arguments[:i], f"experiment={v}", *arguments[i + 1 :]]
+                for v in override.sweep_string_iterator()
+            ]
+    return [arguments]
+
+
 def compose(overrides: list[str]) -> Any:
     """The config ``python -m src.run <overrides>`` composes (resolved lazily)."""
     from hydra.types import RunMode
@@ -415,6 +433,8 @@ def table(rows: list[Row], gpus: int) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Print the plan; one ``error:`` line and 2 on bad input."""
+    from src.precheck import precheck
+
     parser = argparse.ArgumentParser(prog="python -m launch.plan", description=__doc__.splitlines()[0])
     parser.add_argument(
         "overrides", nargs="*", metavar="key=value", help="the sweep's overrides (-m is optional)"
@@ -439,14 +459,18 @@ def main(argv: list[str] | None = None) -> int:
         if not 0 < args.mfu <= 1 or args.gpus < 1:
             raise ConfigError("--mfu is a fraction in (0, 1] and --gpus at least 1")
         measured = json.loads(args.measured.read_text()) if args.measured else None
-        rows = plan(args.overrides, args.gpu, args.mfu, measured)
+        precheck(["-m", *args.overrides])  # src.run's refusals: a key no config has (did you mean …), …
+        plans = [(each, plan(each, args.gpu, args.mfu, measured)) for each in per_experiment(args.overrides)]
     except (ConfigError, OSError, json.JSONDecodeError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     except Exception as error:  # noqa: BLE001  Hydra's grammar and composition errors
         print(f"error: {type(error).__name__}: {str(error).splitlines()[0]}", file=sys.stderr)
         return 2
-    print(table(rows, args.gpus))
+    for each, rows in plans:
+        if len(plans) > 1:
+            print(f"\n## {' '.join(each)}\n")
+        print(table(rows, args.gpus))
     source = "measured step times where marked, else " if measured else ""
     print(
         f"\nGPU-hours: {source}FLOPs / ({args.gpu} {GPUS[args.gpu][0] / 1e12:g} TFLOP/s × MFU {args.mfu:.3g})"
