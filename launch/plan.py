@@ -262,15 +262,21 @@ def steps_of(cfg: Any) -> int | None:
     return int(epochs) * math.ceil(size[0] / global_batch(cfg))
 
 
-def storage_bytes(params: int, cfg: Any, steps: int | None) -> float:
-    """Bytes one run keeps: checkpoints (src/engine/record/checkpoint.py: ``last.pt``, its
-    ``previous.pt`` and ``best.pt``) and record rows."""
-    trainer = cfg.trainer
-    ema = 1 if trainer.get("ema") else 0
+def checkpoint_bytes(params: int, ema: bool = False) -> float:
+    """Bytes of the checkpoints one run keeps (src/engine/record/checkpoint.py): ``last.pt`` and
+    ``previous.pt`` (fp32 weights, AdamW's fp32 ``exp_avg`` and ``exp_avg_sq``, the EMA's weights)
+    and ``best.pt`` (the weights and the EMA's); the RNG states and the loop's are kilobytes."""
     weights = 4.0 * params
-    last = weights * (3 + ema)  # weights, AdamW's exp_avg and exp_avg_sq, the EMA
+    last = weights * (3 + ema)
     best = weights * (1 + ema)
-    ckpt = 2 * last + best if trainer.get("checkpoints", True) else 0.0
+    return 2 * last + best
+
+
+def storage_bytes(params: int, cfg: Any, steps: int | None) -> float:
+    """Bytes one run keeps: its checkpoints (none with ``trainer.checkpoints=false``) and its
+    record's rows (one per log, validation and monitor step)."""
+    trainer = cfg.trainer
+    ckpt = checkpoint_bytes(params, bool(trainer.get("ema"))) if trainer.get("checkpoints", True) else 0.0
     rows = 0
     for every in ("log_every", "val_every", "monitor_every"):
         if steps and trainer.get(every):
