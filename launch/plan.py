@@ -86,6 +86,7 @@ TRAIN_SIZES: dict[str, tuple[int, str]] = {
 #: :data:`GPUS` it ran on, the source); the suite quotes both (conf/task/mlm.yaml, conf/task/imagenet.yaml).
 DEIT_B = (424.0, "V100", "DeiT-B 300 epochs: 53 h on 8 V100 (Touvron et al., 2021, sec. 6)")
 PAPER_COMPUTE: dict[str, tuple[float, str, str]] = {
+    # [reading] the A6000: the paper's main GPU as we recall it (it also reports an RTX 2080 Ti and A4000)
     "mlm/crammed_bert": (24.0, "A6000", "Cramming: one GPU-day on one RTX A6000 (Geiping & Goldstein, 2022)"),
     "imagenet/deit_base": DEIT_B,
     "imagenet/vit_base": DEIT_B,
@@ -163,9 +164,8 @@ def model_and_inputs(cfg: Any, device: str = "meta") -> tuple[Any, tuple, str]:
     cfg = copy.deepcopy(cfg)
     task, kind = cfg.task, str(cfg.backbone.get("kind"))
     if OmegaConf.to_container(cfg.backbone.model, resolve=False).get("pretrained") is not None:
-        OmegaConf.update(
-            cfg, "backbone.model.pretrained", None
-        )  # weights change no FLOPs (GLUE's ${pretrained_by:…})
+        # weights change no FLOPs, and GLUE's ${pretrained_by:…} names a run folder only a run has
+        OmegaConf.update(cfg, "backbone.model.pretrained", None)
     extra: dict[str, Any] = {}
     note = ""
     if kind in ("image", "detection"):
@@ -203,7 +203,28 @@ def model_and_inputs(cfg: Any, device: str = "meta") -> tuple[Any, tuple, str]:
         attention.apply(model, attention.variant_from_config(cfg.attn))
     except Exception as e:  # noqa: BLE001  a variant whose setup needs real weights
         note = f"{cfg.attn.variant} not applied ({type(e).__name__}): the backbone's FLOPs"
+    if kind == "text" and task.get("mask_prob"):
+        model = MaskedLM(model, float(task.mask_prob))
     return model, x, note
+
+
+class MaskedLM:
+    """Masked-LM pretraining's model as tasks/mlm/task.py calls it: the encoder on every position,
+    the tied decoder only on the masked ones (``mask_prob`` of them: the mean; **[reading]**)."""
+
+    def __init__(self, model: Any, mask_prob: float) -> None:
+        self.model, self.mask_prob = model, mask_prob
+
+    def __call__(self, ids: Any) -> Any:
+        hidden = self.model.encode(ids)  # (B, N, D)
+        masked = max(1, round(self.mask_prob * ids.shape[1]))
+        return self.model.mlm_logits(hidden[:, :masked])  # (B, M, V)
+
+    def parameters(self) -> Any:
+        return self.model.parameters()
+
+    def train(self) -> None:
+        self.model.train()
 
 
 def detection_input(task: Any) -> tuple[int, int]:

@@ -134,3 +134,17 @@ def test_a_measured_file_that_is_not_json_is_refused(tmp_path, capsys):
     bad.write_text("{not json")
     assert main(["experiment=paper/imagenet", "--measured", str(bad)]) == 2
     assert capsys.readouterr().err.startswith("error: ")
+
+
+def test_masked_lm_decodes_only_the_masked_positions():
+    """Crammed BERT's pretraining step: the tied decoder (D × V) runs on mask_prob of the 128
+    positions, as tasks/mlm/task.py's masked_logits does; forward and backward are 3 × its forward."""
+    from launch.plan import compose, count_flops, model_and_inputs, step_cost
+
+    cfg = compose(["experiment=paper/glue", "task=mlm", "attn=standard", "seed=0"])
+    _, flops, _ = step_cost(cfg)
+    model, x, _ = model_and_inputs(cfg)
+    full = count_flops(model.model, x, backward=True)  # the decoder on every position
+    n, dim, vocab = cfg.task.seq_len, cfg.backbone.model.dim, cfg.task.vocab_size
+    masked = round(cfg.task.mask_prob * n)
+    assert full - flops == pytest.approx(3 * 2 * dim * vocab * (n - masked), rel=0.01)
