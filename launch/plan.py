@@ -91,6 +91,9 @@ PAPER_COMPUTE: dict[str, tuple[float, str, str]] = {
     "imagenet/deit_base": DEIT_B,
     "imagenet/vit_base": DEIT_B,
 }
+#: **[reading]** a step shorter than this at the MFU (a model of a few million parameters) leaves a
+#: GPU waiting on kernel launches and data, not compute: its hours are a floor, said in the row.
+SMALL_STEP_S = 0.02
 #: **[reading]** bytes per row of metrics.jsonl (a JSON line of a dozen numbers and their keys).
 RECORD_ROW_BYTES = 400
 #: Vocabulary of a tokenizer named in a task config, where the task reads it from files.
@@ -407,6 +410,10 @@ def plan(
             row.gpu_hours, row.source = steps * seconds / 3600, "measured"
         elif row.flops_per_step is not None and steps is not None:
             row.gpu_hours, row.source = row.flops_per_step * steps / (peak * mfu) / 3600, "MFU"
+            step_s = row.flops_per_step / (peak * mfu)
+            if step_s < SMALL_STEP_S:
+                small = f"{step_s * 1e3:.2g} ms a step: too small to fill a GPU, the hours a floor (measure)"
+                row.note = "; ".join(w for w in (row.note, small) if w)
         stated = PAPER_COMPUTE.get(f"{row.task}/{row.backbone}") or PAPER_COMPUTE.get(row.task)
         if stated is not None:
             ours = row.flops_per_step * steps / (GPUS[stated[1]][0] * mfu) / 3600 if row.gpu_hours else None
@@ -414,6 +421,11 @@ def plan(
             row.paper = f"paper: {stated[0]:g} {stated[1]}-h{beside} ({stated[2]})"
         rows.append(row)
     return rows
+
+
+def short(value: float) -> str:
+    """A total for the eye: one decimal from 10 on, three significant digits below."""
+    return f"{value:,.1f}" if value >= 10 else f"{value:.3g}"
 
 
 COLUMNS = (
@@ -428,6 +440,9 @@ def table(rows: list[Row], gpus: int) -> str:
     def num(v: float | None, fmt: str) -> str:
         return "n/a" if v is None else format(v, fmt)
 
+    def hrs(v: float | None) -> str:
+        return "n/a" if v is None else short(v)
+
     def line(cells: list[str]) -> str:
         return "| " + " | ".join(cells) + " |"
 
@@ -440,10 +455,10 @@ def table(rows: list[Row], gpus: int) -> str:
                 num(r.params and r.params / 1e6, ".1f"),
                 num(r.flops_per_step and r.flops_per_step / 1e15, ".3g"),
                 num(r.steps, ","),
-                num(hours, ",.2f"),
-                num(hours * r.runs if hours is not None else None, ",.2f"),
+                hrs(hours),
+                hrs(hours * r.runs if hours is not None else None),
                 r.source or "n/a",
-                num(hours / r.gpus_per_run if hours is not None else None, ",.2f"),
+                hrs(hours / r.gpus_per_run if hours is not None else None),
                 num(r.storage_bytes * r.runs / 1e9 if r.storage_bytes is not None else None, ",.2f"),
                 "; ".join(w for w in (r.paper, r.note) if w),
             ])
@@ -451,9 +466,9 @@ def table(rows: list[Row], gpus: int) -> str:
     hours = sum(r.gpu_hours * r.runs for r in rows if r.gpu_hours is not None)
     store = sum(r.storage_bytes * r.runs for r in rows if r.storage_bytes is not None) / 1e9
     missing = sum(r.runs for r in rows if r.gpu_hours is None)
-    words = f"{hours / 24:,.1f} GPU-days" + (f"; {missing} runs not counted" if missing else "")
-    wall = f"{hours / gpus:,.1f} at {gpus} GPUs"
-    total = ["**total**", "", "", str(sum(r.runs for r in rows)), "", "", "", "", f"{hours:,.1f}", "", wall]
+    words = f"{short(hours / 24)} GPU-days" + (f"; {missing} runs not counted" if missing else "")
+    wall = f"{short(hours / gpus)} at {gpus} GPUs"
+    total = ["**total**", "", "", str(sum(r.runs for r in rows)), "", "", "", "", short(hours), "", wall]
     lines.append(line([*total, f"{store:,.2f}", words]))
     return "\n".join(lines)
 

@@ -148,3 +148,10 @@ def test_masked_lm_decodes_only_the_masked_positions():
     n, dim, vocab = cfg.task.seq_len, cfg.backbone.model.dim, cfg.task.vocab_size
     masked = round(cfg.task.mask_prob * n)
     assert full - flops == pytest.approx(3 * 2 * dim * vocab * (n - masked), rel=0.01)
+
+
+def test_a_step_too_small_to_fill_a_gpu_says_its_hours_are_a_floor():
+    """LRA's Nyströmformer (0.4M parameters): a step at the MFU is under a millisecond."""
+    (row,) = plan(["experiment=paper/lra", "task=lra_text", "attn=standard", "seed=0"])
+    (big,) = plan(["experiment=paper/imagenet", "backbone=vit_base", "attn=standard", "seed=0"])
+    assert "the hours a floor" in row.note and "floor" not in big.note
