@@ -205,7 +205,8 @@ def model_and_inputs(cfg: Any, device: str = "meta") -> tuple[Any, tuple, str]:
     try:
         attention.apply(model, attention.variant_from_config(cfg.attn))
     except Exception as e:  # noqa: BLE001  a variant whose setup needs real weights
-        note = f"{cfg.attn.variant} not applied ({type(e).__name__}): the backbone's FLOPs"
+        skipped = f"{cfg.attn.variant} not applied ({type(e).__name__}): the backbone's FLOPs"
+        note = "; ".join(w for w in (note, skipped) if w)
     if kind == "text" and task.get("mask_prob"):
         model = MaskedLM(model, float(task.mask_prob))
     return model, x, note
