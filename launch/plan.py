@@ -15,13 +15,17 @@ without data and without training:
   counted by :class:`torch.utils.flop_counter.FlopCounterMode` (a multiply-add counts 2), times
   the global batch (``task.batch_size × trainer.accumulate``; for detection, per process × the
   processes of ``resources``). Only matmul-like operations count: a variant's decompositions
-  (SVD, eigenvalues) and the optimizer are not in it, nor is the data pipeline. Detection runs
-  train in mmdet's own Runner and are not counted (``n/a``).
+  (SVD, eigenvalues) and the optimizer are not in it, nor is the data pipeline. A model that
+  cannot run on meta (``torch.autocast`` knows no meta device) runs on fake CPU tensors, which
+  hold no data either. Masked-LM pretraining decodes only its masked positions, as the task does.
+  Detection trains in mmdet's Runner: its rows count the timm backbone alone at the task's
+  ``img_scale`` (a lower bound, said in the row).
 - **steps**: ``trainer.max_steps``, else ``trainer.max_epochs`` × ⌈train-set size / global
   batch⌉ with the sizes of :data:`TRAIN_SIZES`.
 - **GPU-hours**: total FLOPs / (the GPU's dense bf16 peak, :data:`GPUS`, × the MFU), or, where
   ``--measured FILE`` gives a step time for the run's backbone (and variant), steps × that time
-  (the table's ``from`` column says which).
+  (the table's ``from`` column says which). A step too short at the MFU to fill a GPU
+  (:data:`SMALL_STEP_S`) says its hours are a floor.
 - **storage**: what the trainer keeps per run (``last.pt`` and ``previous.pt``: fp32 weights and
   AdamW's two fp32 moments, plus the EMA's weights if any; ``best.pt``: the weights and EMA) and
   its record's rows (:data:`RECORD_ROW_BYTES` per row, **[reading]**).
@@ -486,7 +490,10 @@ def main(argv: list[str] | None = None) -> int:
         "--gpu", default=DEFAULT_GPU, help=f"one of {', '.join(GPUS)} (default {DEFAULT_GPU})"
     )
     parser.add_argument(
-        "--mfu", type=float, default=DEFAULT_MFU, help=f"model-FLOP utilisation (default {MFU_SOURCE})"
+        "--mfu",
+        type=float,
+        default=DEFAULT_MFU,
+        help=f"model-FLOP utilisation (default {MFU_SOURCE.replace('%', '%%')})",
     )
     parser.add_argument(
         "--gpus", type=int, default=8, help="GPUs the sweep runs on at once, for its wall time"

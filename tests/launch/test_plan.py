@@ -155,3 +155,10 @@ def test_a_step_too_small_to_fill_a_gpu_says_its_hours_are_a_floor():
     (row,) = plan(["experiment=paper/lra", "task=lra_text", "attn=standard", "seed=0"])
     (big,) = plan(["experiment=paper/imagenet", "backbone=vit_base", "attn=standard", "seed=0"])
     assert "the hours a floor" in row.note and "floor" not in big.note
+
+
+def test_help_names_the_gpus_and_the_mfus_source(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert done.value.code == 0 and "A100-SXM" in out and "PaLM's 46.2%" in out
