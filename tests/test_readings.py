@@ -49,9 +49,11 @@ def test_the_collapse_guard_warns_once_exactly_where_attention_is_one_hot(sweep)
 def test_each_reading_of_each_variant_gets_its_own_verdict(sweep):
     found = verdicts(read_runs([sweep]))
     for claim in (c for c in CLAIMS if "digits" in c.tasks and c.measure != "stages"):
-        readings = {v.reading for v in found if v.claim == claim}
+        rows = [v for v in found if v.claim == claim]
         expected = sum(variant == claim.variant for variant in VARIANT_OF.values())
-        assert len(readings) == expected and all(v.n == 2 for v in found if v.claim == claim), claim.key
+        points = 3 if claim.measure.startswith("monitor:") else 1  # κ: at init, during, at the end
+        assert len({v.reading_file for v in rows}) == expected and len(rows) == expected * points, claim.key
+        assert all(v.n == 2 for v in rows) and sum(v.role == "primary" for v in rows) == points, claim.key
 
 
 class Named:
