@@ -24,11 +24,13 @@ found by the threshold-free segmentation of :mod:`src.sandbox.stages`.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import torch
 from torch import Tensor, nn
 
-from .snapshot import Snapshot, take_snapshot
+from .snapshot import Snapshot, snapshot_path, snapshot_steps, take_snapshot
 from .stages import stages
 
 
@@ -74,6 +76,18 @@ def clustering_head(model: nn.Module, x: Tensor, k: int) -> dict[str, float]:
     """:func:`clustering_heads` of a sandbox model on the batch ``x (B, L)``: focus and clustering."""
     sums = x[:, :k].sum(dim=1)
     return clustering_heads(take_snapshot(model, x, torch.zeros_like(sums), sums, k, 0))
+
+
+def clustering_series(sandbox_dir: Path) -> tuple[list[int], dict[str, list[float]]]:
+    """Focus and clustering at every snapshot a run saved (``<run_dir>/sandbox``), read after the
+    fact: ``(steps, {key: values})``. A resumed run, whose snapshots are those of an uninterrupted
+    one, gives the same series."""
+    steps = snapshot_steps(Path(sandbox_dir))
+    series: dict[str, list[float]] = {}
+    for i, step in enumerate(steps):
+        for key, value in clustering_heads(Snapshot.load(snapshot_path(Path(sandbox_dir), step))).items():
+            series.setdefault(key, [float("nan")] * i).append(value)
+    return steps, series
 
 
 def emergence(steps: list[float] | np.ndarray, clustering: list[float] | np.ndarray) -> float | None:

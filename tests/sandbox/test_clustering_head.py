@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from src.models.sandbox import ClusteringHead, MultiHeadSandbox
-from src.sandbox.clustering import clustering_head, correlation_ratio, emergence
+from src.sandbox.clustering import clustering_head, clustering_series, correlation_ratio, emergence
+from src.sandbox.snapshot import snapshot_path, take_snapshot
 
 K, L = 5, 12
 
@@ -68,3 +69,15 @@ def test_a_head_emerges_at_the_end_of_the_first_rise_of_its_clustering():
     series = np.clip(0.4 + 0.6 * (steps - 1500) / 1000, 0.4, 1.0) + 0.01 * rng.standard_normal(len(steps))
     assert emergence(steps, series) == pytest.approx(2500, abs=200)
     assert emergence(steps, 0.4 + 0.01 * rng.standard_normal(len(steps))) is None  # never emerges
+
+
+def test_the_series_is_read_back_from_the_snapshots_a_run_saved(tmp_path):
+    x = batch(512)
+    sums = x[:, :K].sum(1)
+    for step, query in ((0, 0.0), (320, 30.0)):
+        take_snapshot(hand_built(query), x, sums % 2, sums, K, step).save(snapshot_path(tmp_path, step))
+    steps, series = clustering_series(tmp_path)
+    assert steps == [0, 320]
+    assert series["cluster/attn/focus/h0"] == pytest.approx([0.0, 1.0], abs=1e-5)
+    low, high = series["cluster/attn/clustering"]
+    assert low < 0.5 and high == pytest.approx(1.0, abs=1e-6)
