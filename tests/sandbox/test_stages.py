@@ -57,7 +57,7 @@ def test_pure_noise_has_no_changepoint_and_is_one_plateau():
         cut += bool(found.cuts)
         if not found.cuts:
             assert [p.kind for p in found.phases] in (["plateau"], ["rise"], ["fall"])
-    assert cut <= 3  # 2.5% of draws expected at 100 points (the module docstring)
+    assert cut <= 2  # none of 200 draws at 100 points in the module docstring's simulation
     found = stages(np.arange(100.0), 0.5 + 0.01 * np.random.default_rng(0).standard_normal(100))
     assert found.cuts == [] and [p.kind for p in found.phases] == ["plateau"] and found.censored
 
