@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -9,6 +11,7 @@ import torch
 from src.models.sandbox import ClusteringHead, MultiHeadSandbox
 from src.sandbox.clustering import clustering_head, clustering_series, correlation_ratio, emergence
 from src.sandbox.snapshot import snapshot_path, take_snapshot
+from src.sandbox.statistics import run_statistics
 
 K, L = 5, 12
 
@@ -81,3 +84,24 @@ def test_the_series_is_read_back_from_the_snapshots_a_run_saved(tmp_path):
     assert series["cluster/attn/focus/h0"] == pytest.approx([0.0, 1.0], abs=1e-5)
     low, high = series["cluster/attn/clustering"]
     assert low < 0.5 and high == pytest.approx(1.0, abs=1e-6)
+
+
+def test_a_runs_statistics_come_from_its_metrics_and_snapshots(tmp_path):
+    """A run whose head turns from uniform to focused at step 1000 while its accuracy leaves chance."""
+    x = batch(256)
+    sums = x[:, :K].sum(1)
+    steps = list(range(0, 2001, 100))
+    rows = []
+    for step in steps:
+        query = 0.0 if step < 1000 else 30.0
+        take_snapshot(hand_built(query), x, sums % 2, sums, K, step).save(
+            snapshot_path(tmp_path / "sandbox", step)
+        )
+        rows.append({"step": step, "split": "val", "val/acc": 0.5 if step < 1000 else 1.0})
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    found = run_statistics(tmp_path, test_size=2048)
+    assert found["stages/first_plateau"] == 900 and found["stages/first_rise"] == 100
+    assert found["stages/censored"] is False and found["stages/rises"] == 1
+    assert found["cluster/attn/clustering"] == pytest.approx(1.0, abs=1e-6)
+    assert found["cluster/attn/focus/h0"] == pytest.approx(1.0, abs=1e-5)
+    assert found["cluster/attn/emerged"] == 1000  # the first snapshot of the clustered head
