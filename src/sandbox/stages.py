@@ -37,6 +37,9 @@ that ends on its first plateau never learned: its plateau is **censored** (it la
 the run), never dropped, and the median over seeds is Kaplan–Meier's
 (:func:`plateau_km_median`); a run that ends while still rising has a censored rise.
 
+[reading] The accuracy rather than the test loss: on seed 11 (160 epochs) the loss keeps
+drifting down on the accuracy's plateaus as the margins grow, and reads as one long rise.
+
 No torch and no matplotlib: the report and the verdicts import it.
 """
 
