@@ -25,11 +25,13 @@ Measures (a claim's ``measure``):
                      ``standard``'s mean final metric), censored where never reached; the row is the
                      ratio of the arms' Kaplan–Meier medians with a paired bootstrap over seeds
                      (:mod:`launch.time_to_quality`), not a mean of per-seed differences;
-``stages``           P5's two stages, read from ``standard``'s own validation accuracy ([reading]):
-                     for a seed that learns (reaches 95%), the plateau (steps before it leaves
-                     chance by a tenth of the way to 100%) minus the rise (steps from there to 95%),
-                     over the run's length; two stages show as a plateau longer than the rise
-                     (> 0). Seeds that never learn are left out and counted.
+``stages``           P5's two stages, read from ``standard``'s own validation accuracy by a
+                     penalised changepoint segmentation, no hand-picked threshold
+                     (:mod:`src.sandbox.stages`): for a seed that leaves its first plateau and
+                     ends the rise after it, the first plateau minus that rise, over the run's
+                     length; two stages show as a plateau longer than the rise (> 0). A seed that
+                     never leaves its plateau is censored: counted, and in the note's
+                     Kaplan–Meier median of the first plateau, not in the mean.
 
 The report renders the verdicts as its *Claims* section (:func:`claims_section`).
 """
@@ -40,6 +42,9 @@ import math
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass
+
+from src.sandbox.stages import Stages, accuracy_stages, plateau_km_median
+from src.sandbox.stages import stages as curve_stages
 
 from . import reading_files, stats
 from . import time_to_quality as ttq
@@ -125,14 +130,26 @@ def monitor_at(run: Run, key: str, step: int = 0) -> float | None:
     return math.log10(value) if key.startswith("kappa/") and value > 0 else float(value)
 
 
-def stages(run: Run, chance: float) -> float | None:
-    """P5's plateau minus rise over the run's length, for a seed that learns (else ``None``)."""
-    steps, acc = run.series(run.metric)
-    leave = next((s for s, a in zip(steps, acc, strict=True) if a >= chance + 0.1 * (1 - chance)), None)
-    reach = next((s for s, a in zip(steps, acc, strict=True) if a >= 0.95), None)
-    if leave is None or reach is None:
+def run_stages(run: Run) -> Stages | None:
+    """The stages of a run's validation curve (:mod:`src.sandbox.stages`); an accuracy measured on
+    ``task.test_size`` examples is segmented on the arcsine scale with that test set's noise floor."""
+    steps, values = run.series(run.metric)
+    if not steps:
         return None
-    return (leave - (reach - leave)) / steps[-1]
+    test_size = run.identity.config.get("task", {}).get("test_size")
+    if test_size and run.metric.endswith("acc"):
+        return accuracy_stages(steps, values, int(test_size))
+    return curve_stages(steps, values, higher_is_better=run.higher_is_better)
+
+
+def stages(run: Run) -> float | None:
+    """P5's first plateau minus the rise after it, over the run's length, for a seed that leaves
+    its plateau and ends that rise (else ``None``: censored)."""
+    found = run_stages(run)
+    if found is None or found.censored or found.first_rise is None or found.rise_censored:
+        return None
+    steps, _ = run.series(run.metric)
+    return (found.first_plateau - found.first_rise) / steps[-1]
 
 
 def measure(run: Run, claim: Claim, when: str = "") -> float | None:
@@ -412,17 +429,23 @@ def _stages(claim: Claim, task: str, runs: list[Run]) -> list[Verdict]:
     out = []
     for everyone in by_experiment.values():
         members = [r for r in everyone if counted(r)]
-        p = everyone[0].identity.config.get("task", {}).get("p", 2)
-        values = [v for r in members if (v := stages(r, 1 / p)) is not None]
+        values = [v for r in members if (v := stages(r)) is not None]
         test = stats.paired_test(values)
         low, high = (None, None) if test is None else (test.low, test.high)
-        note = f"{len(values)} of {len(members)} seeds learn (reach 95%)"
+        found = [f for r in members if (f := run_stages(r)) is not None]
+        median = plateau_km_median(found)
+        note = (
+            f"{len(values)} of {len(members)} seeds leave the first plateau and end the rise; "
+            f"{sum(f.censored for f in found)} never leave it (censored); Kaplan–Meier median "
+            f"first plateau {'not reached' if median is None else f'{median:.0f} steps'}"
+        )
         mean = statistics.fmean(values) if values else None
         verdict = Verdict(claim, task, "—", len(values), None, mean, mean, low, high, _entropy(members), note)
         verdict.test = test
         verdict.budget = budget_of(everyone[0])
         verdict.not_counted = left_out(everyone, {r.seed for r in members})
         verdict.experiment = everyone[0].experiment
+        verdict.reading_file, verdict.role = "standard", "primary"  # P5 is about standard itself
         out.append(verdict)
     return out
 

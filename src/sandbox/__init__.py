@@ -13,4 +13,7 @@ which writes under ``<run_dir>/sandbox/``:
 
 Two runs side by side: ``python -m src.sandbox.compare RUN_A RUN_B`` (:mod:`src.sandbox.compare`).
 Loss-spike detection: :mod:`src.sandbox.spikes` (no matplotlib: the loop imports it).
+P5's findings as per-run numbers, read from the record after the fact: the stages of the
+accuracy curve (:mod:`src.sandbox.stages`), the clustering head (:mod:`src.sandbox.clustering`),
+both in one dict (:mod:`src.sandbox.statistics`).
 """

@@ -88,12 +88,40 @@ def test_noise_either_way_is_inconclusive_and_a_lower_is_better_claim_flips_the_
     assert "spectral seed 0 has no value at the end" in end.not_counted
 
 
+def modadd(seed: int, curve: list[float]) -> Run:
+    """A completed ``standard`` modadd run: test accuracy on 2,048 sequences, 100 steps apart."""
+    rows = [{"step": 100 * (i + 1), "split": "val", "val/acc": a} for i, a in enumerate(curve)]
+    config = {"task": {"name": "modadd", "p": 2, "test_size": 2048}, "attn": {"variant": "standard"}}
+    final = {"val/acc": curve[-1]}
+    return Run(
+        f"m{seed}",
+        "modadd",
+        "sandbox",
+        "standard",
+        seed,
+        "completed",
+        "val/acc",
+        "max",
+        final,
+        rows,
+        identity=Identity(config),
+    )
+
+
 def test_two_stages_are_a_plateau_longer_than_the_rise():
-    plateau = run("standard", 0, 1.0, curve=[0.5] * 6 + [0.7, 0.96, 1.0, 1.0])  # leaves at 700, 95% at 800
-    assert stages(plateau, 0.5) == pytest.approx((700 - 100) / 1000)
-    gradual = run("standard", 1, 1.0, curve=[0.62, 0.7, 0.8, 0.9, 0.96])  # no plateau
-    assert stages(gradual, 0.5) < 0
-    assert stages(run("standard", 2, 0.5, curve=[0.5] * 5), 0.5) is None  # never learns
+    plateau = modadd(0, [0.5] * 20 + [1.0] * 21)  # last at chance: step 2000; learned at 2100
+    assert stages(plateau) == pytest.approx((2000 - 100) / 4100)
+    gradual = modadd(1, [0.5 + 0.025 * i for i in range(20)] + [1.0] * 21)  # rises from the start
+    assert stages(gradual) < 0
+    assert stages(modadd(2, [0.5] * 41)) is None  # never learns: censored
+
+
+def test_the_stages_verdict_counts_the_seeds_that_never_learn():
+    runs = [modadd(s, [0.5] * (10 + 2 * s) + [1.0] * (31 - 2 * s)) for s in range(4)]
+    runs.append(modadd(4, [0.5] * 41))
+    (row,) = verdicts(runs, [c for c in CLAIMS if c.key == "P5-stages"])
+    assert row.n == 4 and row.verdict == "reproduced"  # plateaus of 1000-1600 steps, rises of 100
+    assert "1 never leave it (censored)" in row.note and "median first plateau 1400 steps" in row.note
 
 
 def test_every_claim_names_a_variant_a_measure_and_a_task_the_readings_run():

@@ -1,5 +1,6 @@
 """A sandbox run stopped mid-way and rerun ends as the uninterrupted run does: metrics (spikes and
-gradient norms included), weights and snapshots, bit for bit."""
+gradient norms included), weights and snapshots, bit for bit; and so do P5's statistics read from
+them (the stages of the accuracy curve, the clustering-head series)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from test_spikes import plant_spike
 from src.engine import train
 from src.engine.record import checkpoint
 from src.engine.record.files import read_metrics
+from src.sandbox.clustering import clustering_series
 from src.sandbox.snapshot import Snapshot
+from src.sandbox.stages import accuracy_stages
 from tasks.modadd import SparseModularAddition
 
 OVERRIDES = [
@@ -64,3 +67,12 @@ def test_a_stopped_and_rerun_sandbox_run_ends_bit_identical(tmp_path, monkeypatc
             Snapshot.load(r / "sandbox" / "snapshots" / f"step_{step:07d}.npz") for r in (whole, stopped)
         )
         assert all(np.array_equal(sa.clouds[n], sb.clouds[n]) for n in sa.clouds)
+
+    def statistics(run_dir):
+        rows = [r for r in read_metrics(run_dir) if r.get("split") == "val" and "val/acc" in r]
+        found = accuracy_stages([r["step"] for r in rows], [r["val/acc"] for r in rows], 128)
+        return found, clustering_series(run_dir / "sandbox")
+
+    (stages_a, series_a), (stages_b, series_b) = statistics(whole), statistics(stopped)
+    assert stages_a == stages_b and stages_a.phases
+    assert series_a == series_b and series_a[0] == [0, 20, 40, 60]
