@@ -399,7 +399,12 @@ def main(argv: list[str] | None = None) -> int:
             )
             print(f"confirm stage: seeds {used[0]}-{used[-1]}; its rows: python -m launch.report {root}")
             return 0
-        first = args.first or len({r.seed for r in runs})
+        state = load_state(root)  # a settle resumed: its own first look, whatever seeds came since
+        first = args.first or (
+            state["plan"]["first"]
+            if state
+            else len({r.seed for r in runs if not r.identity.config.get("stage")})
+        )
         plan = Plan(first, args.batch, args.cap, args.spending)
         margins = parse_margins(args.margin)
         wanted = readings_filter(args.readings, args.primary)

@@ -190,13 +190,22 @@ def test_settle_repeats_the_sweeps_own_command_with_new_seeds_and_the_report_sta
     assert len({r.experiment for r in runs}) == 2  # seed 2 is the same experiment as seeds 0-1
     state = json.loads((root / "settle.json").read_text())
     assert sorted(state["targets"].values()) == [3, 3]
+    again = subprocess.run(  # the same command again (after a kill, say): its plan, nothing launched
+        [sys.executable, "-m", "launch.settle", str(root), "--cap", "3", "--batch", "1"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert again.returncode == 0 and " more of " not in again.stdout, again.stderr[-2000:]
     report = subprocess.run(
         [sys.executable, "-m", "launch.report", str(root)], capture_output=True, text=True, check=True
     ).stdout
     assert "looks at 2 (0.0060/0.0164), 3 (0.0190/0.0336) seeds" in report
     rows = report.splitlines()
     assert any(
-        line.startswith("| digits | spectral | `spectral_q` default | 2 steps · 0.1 epochs · 128 samples | 3 |")
+        line.startswith(
+            "| digits | spectral | `spectral_q` default | 2 steps · 0.1 epochs · 128 samples | 3 |"
+        )
         for line in rows
     )
 
@@ -224,7 +233,9 @@ def test_settle_repeats_the_sweeps_own_command_with_new_seeds_and_the_report_sta
         [sys.executable, "-m", "launch.report", str(root)], capture_output=True, text=True, check=True
     ).stdout
     assert any(
-        line.startswith("| digits | spectral | `spectral_q` default (confirm) | 2 steps · 0.1 epochs · 128 samples | 2 |")
+        line.startswith(
+            "| digits | spectral | `spectral_q` default (confirm) | 2 steps · 0.1 epochs · 128 samples | 2 |"
+        )
         for line in report.splitlines()
     )
     assert "fresh seeds of" not in confirm().stdout  # a second call launches nothing
