@@ -1,0 +1,336 @@
+"""Many seeds of the sandbox trained at once: P5's success-by-epoch curves on a laptop.
+
+P5's findings are rates over seeds (how many seeds learn, and when), and its model has about
+200 parameters: one run of 64,000 steps spends its time in Python, not arithmetic (about
+5 minutes through the shared loop). :func:`train_seeds` trains ``S`` seeds as one stacked
+model instead: each seed's model is built exactly as ``python -m src.run … seed=s`` builds
+it (same config, same :func:`~src.engine.loop.seeding.seed_everything`, same
+:func:`~src.engine.loop.model.build_model`, the variant applied), its parameters are stacked
+along a leading seed axis (:func:`torch.func.stack_module_state`), and one step runs every
+seed's forward pass under :func:`torch.vmap` on its own batch, drawn in the order the shared
+loop draws it (:func:`~src.engine.loop.data.epoch_order` of the seed). The loss is the sum of
+the seeds' losses, so each seed's gradient is its own; Adam (and any optimizer that acts on
+each element alone, with no weight decay) then updates each seed as its own run would. A
+test checks that seed ``s`` of an ensemble ends a few epochs on the weights of the run
+``seed=s`` (tests/sandbox/test_seeds.py).
+
+What it does not do, and refuses: weight decay (timm leaves 1-D parameters out of it, which
+stacking turns 2-D), gradient clipping (a norm per seed), accumulation, precision other than
+fp32. Those runs go through ``python -m src.run -m … seed=…`` as any sweep.
+
+Its output is the test accuracy and loss of every seed after every epoch (:class:`Curves`),
+written by ``python -m src.sandbox.seeds`` to ``curves.json`` with the success-by-epoch
+figure; :mod:`src.sandbox.success` reads them.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from omegaconf import DictConfig, OmegaConf
+from torch import Tensor, nn
+
+from src.errors import ConfigError
+
+
+@dataclass
+class Curves:
+    """Every seed's test accuracy and loss after every epoch (``acc[s][e]``: seed ``seeds[s]``
+    after epoch ``e + 1``), with what trained them."""
+
+    seeds: list[int]
+    overrides: list[str]
+    epochs: int
+    steps_per_epoch: int
+    test_size: int
+    acc: list[list[float]] = field(default_factory=list)
+    loss: list[list[float]] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def save(self, path: Path) -> None:
+        path = Path(path)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self)))
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: Path) -> Curves:
+        return cls(**json.loads(Path(path).read_text()))
+
+
+def check_supported(cfg: DictConfig) -> None:
+    """Refuse, in one line, what stacking seeds would train differently from separate runs."""
+    problems = []
+    if float(cfg.optim.get("weight_decay", 0) or 0) != 0:
+        problems.append(f"optim.weight_decay={cfg.optim.weight_decay} (use 0)")
+    if cfg.trainer.get("clip_grad") is not None:
+        problems.append(f"trainer.clip_grad={cfg.trainer.clip_grad} (use null)")
+    if int(cfg.trainer.get("accumulate", 1)) != 1:
+        problems.append(f"trainer.accumulate={cfg.trainer.accumulate} (use 1)")
+    if cfg.trainer.get("precision", "fp32") != "fp32":
+        problems.append(f"trainer.precision={cfg.trainer.precision} (use fp32)")
+    if cfg.trainer.get("ema"):
+        problems.append(f"trainer.ema={cfg.trainer.ema} (use null)")
+    if problems:
+        raise ConfigError(
+            "seeds trained at once must train as separate runs would; not with "
+            + ", ".join(problems)
+            + ": run those as a sweep, python -m src.run -m … seed=0,1,…"
+        )
+
+
+def seed_config(cfg: DictConfig, seed: int) -> DictConfig:
+    """``cfg`` as ``seed=<seed>`` composes it (``task.data_seed`` follows ``${seed}``)."""
+    out = copy.deepcopy(cfg)
+    OmegaConf.set_struct(out, False)
+    out.seed = seed
+    return out
+
+
+def build_seed(cfg: DictConfig, seed: int, data_dir: Path) -> tuple[nn.Module, tuple, tuple]:
+    """Seed ``seed``'s model, training set and test set, as the shared loop builds them."""
+    from hydra.utils import instantiate
+
+    from src import attention
+    from src.engine.loop.model import build_model
+    from src.engine.loop.seeding import seed_everything
+
+    cfg = seed_config(cfg, seed)
+    task = instantiate(cfg.task)
+    seed_everything(seed)  # where train_session seeds: after the task, before its data and model
+    train, test = task.datasets(Path(data_dir))
+    model = build_model(cfg, task, attention.variant_from_config(cfg.attn))
+    task.prepare_model(model)
+    return model, tuple(train.tensors), tuple(test.tensors)
+
+
+def train_seeds(
+    cfg: DictConfig,
+    seeds: Sequence[int],
+    epochs: int,
+    data_dir: Path = Path("."),
+    overrides: Sequence[str] = (),
+    on_epoch: Callable[[int, Tensor], None] | None = None,
+) -> tuple[Curves, dict[str, Tensor]]:
+    """Train ``seeds`` of ``cfg``'s sandbox for ``epochs`` at once; the curves and the final
+    stacked parameters (``params[name][i]``: seed ``seeds[i]``'s). ``on_epoch(epoch, acc)``
+    is called after each epoch with the seeds' test accuracies ``(S,)``."""
+    from torch.func import functional_call, stack_module_state
+
+    from src.engine.loop.data import epoch_order
+    from src.engine.loop.optim import build_scheduler
+
+    check_supported(cfg)
+    if not seeds:
+        raise ConfigError("no seeds to train: give seeds=0-31 (a range) or seeds=[0,3,7]")
+    built = [build_seed(cfg, s, data_dir) for s in seeds]
+    models = [m.train() for m, _, _ in built]
+    for model in models:  # SDPA has no batching rule on CPU (vmap would loop over seeds): the
+        for module in model.modules():  # explicit softmax path, the same arithmetic
+            if hasattr(module, "fused_attn"):
+                module.fused_attn = False
+    x_train = torch.stack([b[1][0] for b in built])  # (S, N, L)
+    y_train = torch.stack([b[1][1] for b in built])  # (S, N)
+    x_test = torch.stack([b[2][0] for b in built])  # (S, M, L)
+    y_test = torch.stack([b[2][1] for b in built])  # (S, M)
+    params, buffers = stack_module_state(models)  # each (S, …)
+    fixed = {k: v for k, v in params.items() if not dict(models[0].named_parameters())[k].requires_grad}
+    trained = {k: v for k, v in params.items() if k not in fixed}
+    base = copy.deepcopy(models[0]).to("meta")
+
+    def seed_loss(p, b, x, y):  # one seed's mean cross-entropy
+        return F.cross_entropy(functional_call(base, (p, b), (x,)), y)
+
+    def seed_eval(p, b, x, y):  # one seed's test accuracy and loss
+        out = functional_call(base, (p, b), (x,))
+        return (out.argmax(-1) == y).float().mean(), F.cross_entropy(out, y)
+
+    batch = int(cfg.task.batch_size)
+    n = x_train.shape[1]
+    steps_per_epoch = n // batch
+    if steps_per_epoch < 1:
+        raise ConfigError(f"{n} training sequences make no batch of task.batch_size={batch}")
+    holder = nn.Module()  # timm's factory wants a module: the stacked parameters, names flattened
+    for k, v in trained.items():
+        holder.register_parameter(k.replace(".", "__"), nn.Parameter(v))
+    trained = {k: getattr(holder, k.replace(".", "__")) for k in trained}
+    optimizer = _optimizer(cfg.optim, holder)
+    scheduler = build_scheduler(cfg.sched, optimizer, epochs * steps_per_epoch, steps_per_epoch)
+    loss_grad = torch.vmap(seed_loss)
+    evaluate = torch.vmap(seed_eval)
+    seeds = list(seeds)
+    curves = Curves(seeds, list(overrides), epochs, steps_per_epoch, int(x_test.shape[1]))
+    accs, losses = [], []
+    started, step = time.monotonic(), 0
+    for epoch in range(epochs):
+        order = torch.stack([epoch_order(n, s, epoch) for s in seeds])  # (S, N): each seed's own
+        xs = torch.gather(x_train, 1, order[..., None].expand_as(x_train))  # (S, N, L)
+        ys = torch.gather(y_train, 1, order)  # (S, N)
+        for j in range(steps_per_epoch):
+            window = slice(j * batch, (j + 1) * batch)
+            loss = loss_grad({**trained, **fixed}, buffers, xs[:, window], ys[:, window]).sum()
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            step += 1
+            if scheduler is not None:
+                scheduler.step_update(step)
+        with torch.no_grad():
+            acc, test_loss = evaluate({**trained, **fixed}, buffers, x_test, y_test)  # (S,), (S,)
+        accs.append(acc.tolist())
+        losses.append(test_loss.tolist())
+        if on_epoch is not None:
+            on_epoch(epoch + 1, acc)
+    curves.acc = [list(a) for a in zip(*accs, strict=True)]
+    curves.loss = [list(v) for v in zip(*losses, strict=True)]
+    curves.seconds = round(time.monotonic() - started, 1)
+    final = {k: v.detach().clone() for k, v in {**trained, **fixed}.items()}
+    return curves, final
+
+
+def _optimizer(cfg: DictConfig, holder: nn.Module):
+    from src.engine.loop.optim import build_optimizer
+
+    return build_optimizer(cfg, holder)
+
+
+# -- success by epoch ------------------------------------------------------------------------
+
+SUCCESS = 0.95  # P5's "learned": test accuracy at least this
+
+
+def first_success(acc: Sequence[float], threshold: float = SUCCESS) -> int | None:
+    """The first epoch (1-based) whose test accuracy is at least ``threshold``; None: never (censored)."""
+    return next((e + 1 for e, a in enumerate(acc) if a >= threshold), None)
+
+
+def success_by_epoch(curves: Curves, threshold: float = SUCCESS) -> list[float]:
+    """The fraction of seeds that have reached ``threshold`` by each epoch (``[e]``: by epoch
+    ``e + 1``): the empirical distribution of the first success, the never-learners counted
+    in the denominator (censored at the last epoch, never dropped)."""
+    firsts = [first_success(a, threshold) for a in curves.acc]
+    return [sum(f is not None and f <= e for f in firsts) / len(firsts) for e in range(1, curves.epochs + 1)]
+
+
+def seed_table(curves: Curves, threshold: float = SUCCESS) -> list[dict]:
+    """Per seed: its first success, its final accuracy, and its stages (src/sandbox/stages.py)."""
+    from .stages import accuracy_stages
+
+    rows = []
+    for seed, acc in zip(curves.seeds, curves.acc, strict=True):
+        found = accuracy_stages(list(range(1, len(acc) + 1)), acc, curves.test_size)
+        rows.append(
+            {
+                "seed": seed,
+                "first_success": first_success(acc, threshold),
+                "final": acc[-1],
+                **{k.removeprefix("stages/"): v for k, v in found.summary().items()},
+            }
+        )
+    return rows
+
+
+def draw_success(named: dict[str, Curves], path: Path, threshold: float = SUCCESS) -> None:
+    """The success-by-epoch curve of each named set of seeds, in one figure (P5's way)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 3.6), constrained_layout=True)
+    for name, curves in named.items():
+        rate = success_by_epoch(curves, threshold)
+        ax.step(
+            range(1, curves.epochs + 1),
+            rate,
+            where="post",
+            label=f"{name}: {rate[-1]:.0%} of {len(curves.seeds)} seeds",
+        )
+    ax.set(xlabel="epoch", ylabel=f"seeds at ≥ {threshold:.0%} test accuracy", ylim=(0, 1))
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper left", fontsize="small")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# -- the command ----------------------------------------------------------------------------
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``0-31`` (inclusive) or ``0,3,7`` into a list of seeds."""
+    out: list[int] = []
+    for part in text.split(","):
+        low, _, high = part.partition("-")
+        try:
+            out.extend(range(int(low), int(high) + 1) if high else [int(low)])
+        except ValueError:
+            raise ConfigError(f"--seeds {text!r}: give a range 0-31 or a list 0,3,7") from None
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m src.sandbox.seeds [overrides…] --seeds 0-31 [--epochs N] --out DIR``."""
+    import argparse
+
+    import torch as _torch
+
+    from launch.plan import compose
+
+    parser = argparse.ArgumentParser(prog="python -m src.sandbox.seeds", description=__doc__.split("\n\n")[0])
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides, as python -m src.run takes them")
+    parser.add_argument("--seeds", default="0-31", help="a range 0-31 or a list 0,3,7 (default 0-31)")
+    parser.add_argument("--epochs", type=int, default=None, help="default: the config's trainer.max_epochs")
+    parser.add_argument(
+        "--out", type=Path, required=True, help="folder for curves.json, seeds.json, success.png"
+    )
+    args = parser.parse_args(argv)
+    try:
+        cfg = compose(list(args.overrides))
+        if cfg.backbone.get("kind") != "modadd":
+            raise ConfigError(
+                f"backbone={cfg.backbone.name} is not a sandbox (kind: modadd): "
+                "task=modadd or experiment=paper/p5"
+            )
+        epochs = args.epochs or cfg.trainer.max_epochs
+        if not epochs:
+            raise ConfigError("no epochs: give --epochs or trainer.max_epochs")
+        seeds = parse_seeds(args.seeds)
+        args.out.mkdir(parents=True, exist_ok=True)
+        if (args.out / "curves.json").exists():
+            raise ConfigError(
+                f"{args.out / 'curves.json'} exists: give another --out (nothing is overwritten)"
+            )
+    except ConfigError as error:
+        print(f"error: {error}")
+        return 2
+    _torch.set_num_threads(int(cfg.trainer.get("threads") or 1))
+
+    def progress(epoch: int, acc: Tensor) -> None:
+        if epoch % max(1, epochs // 20) == 0 or epoch == epochs:
+            print(
+                f"epoch {epoch}/{epochs}: {(acc >= SUCCESS).sum().item()} of {len(seeds)} seeds "
+                f"at ≥ {SUCCESS:.0%}",
+                flush=True,
+            )
+
+    curves, _ = train_seeds(cfg, seeds, epochs, Path(cfg.paths.data_dir), args.overrides, progress)
+    curves.save(args.out / "curves.json")
+    (args.out / "seeds.json").write_text(json.dumps(seed_table(curves), indent=1))
+    draw_success({" ".join(args.overrides) or "default": curves}, args.out / "success.png")
+    rate = success_by_epoch(curves)[-1]
+    print(
+        f"{rate:.0%} of {len(seeds)} seeds at ≥ {SUCCESS:.0%} after {epochs} epochs, "
+        f"in {curves.seconds:.0f} s: {args.out}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,80 @@
+"""Seeds trained at once (src/sandbox/seeds.py) train as their own runs would, and the success
+curve counts the seeds that never learn."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import compose
+
+from src.engine import train
+from src.engine.record import checkpoint
+from src.engine.record.files import read_metrics
+from src.errors import ConfigError
+from src.sandbox.seeds import Curves, first_success, parse_seeds, seed_table, success_by_epoch, train_seeds
+
+SMALL = [
+    "task=modadd",
+    "task.train_size=256",  # 8 steps an epoch at batch 32
+    "task.test_size=128",
+    "task.sandbox.frames=false",
+    "trainer.max_steps=null",
+    "trainer.max_epochs=3",
+    "trainer.val_every=24",
+    "trainer.monitor_every=0",
+    "trainer.checkpoint_every=24",
+]
+
+
+@pytest.mark.parametrize(
+    "model", [["attn=precond"], ["backbone=sandbox_multihead", "attn=spectral"]], ids=["sandbox", "multihead"]
+)
+def test_a_seed_trained_with_others_ends_on_its_own_runs_weights(tmp_path, model):
+    """Seed 3 beside seed 1 ends 3 epochs (24 Adam steps) on the weights and the accuracy of the
+    run ``seed=3`` through the shared loop: same init, same data, same batch order, own gradient.
+    (Not bit-identical: the run takes torch's fused attention, the stack the explicit softmax.)"""
+    overrides = [*SMALL, *model]
+    run_dir = tmp_path / "run"
+    train(compose([*overrides, "seed=3"], tmp_path), run_dir)
+    alone = checkpoint.load(run_dir / "checkpoints" / "last.pt")["model"]
+
+    curves, stacked = train_seeds(compose(overrides, tmp_path), [1, 3], epochs=3)
+
+    assert set(stacked) <= set(alone)
+    moved = 0
+    for name, value in stacked.items():
+        torch.testing.assert_close(value[1], alone[name], rtol=1e-4, atol=1e-5, msg=name)
+        moved += not torch.allclose(value[0], value[1])  # seed 1 is another model
+    assert moved > 0
+    final = [r for r in read_metrics(run_dir) if r.get("split") == "val"][-1]
+    assert curves.acc[1][-1] == pytest.approx(final["val/acc"], abs=1 / 128)
+
+
+def test_success_counts_the_seeds_that_never_learn():
+    """Two of four seeds learn (epochs 3 and 5), two never: the curve ends at one half, not one."""
+    acc = [
+        [0.5, 0.6, 0.96, 0.97, 1.0, 1.0],
+        [0.5, 0.5, 0.5, 0.7, 0.95, 1.0],
+        [0.5] * 6,
+        [0.5, 0.5, 0.94, 0.94, 0.94, 0.94],  # close, never there
+    ]
+    curves = Curves(seeds=[0, 1, 2, 3], overrides=[], epochs=6, steps_per_epoch=64, test_size=2048, acc=acc)
+    assert success_by_epoch(curves) == [0, 0, 0.25, 0.25, 0.5, 0.5]
+    assert [first_success(a) for a in acc] == [3, 5, None, None]
+    rows = seed_table(curves)
+    assert [r["first_success"] for r in rows] == [3, 5, None, None]
+    assert rows[2]["censored"] in (True, False) and rows[2]["rises"] == 0  # never left chance: no rise
+
+
+def test_it_refuses_what_would_train_the_seeds_differently(tmp_path):
+    cfg = compose([*SMALL, "optim.weight_decay=0.05", "trainer.clip_grad=1.0"], tmp_path)
+    with pytest.raises(ConfigError, match=r"weight_decay=0.05.*clip_grad=1.0.*python -m src.run -m"):
+        train_seeds(cfg, [0], epochs=1)
+
+
+def test_seed_lists_and_ranges():
+    assert parse_seeds("0-3") == [0, 1, 2, 3]
+    assert parse_seeds("0,3,7") == [0, 3, 7]
+    assert parse_seeds("5,10-11") == [5, 10, 11]
+    with pytest.raises(ConfigError, match="0-31"):
+        parse_seeds("a-b")
