@@ -164,6 +164,13 @@ class SparseModularAddition(ClassificationTask):
         x, y = (t.to(device) for t in self._probe)
         return take_snapshot(model, x, y, partial_sums(x, self.k), self.k, step)
 
+    def statistics(self, run_dir: Path) -> dict[str, Any]:
+        """P5's statistics of the run (:func:`src.sandbox.statistics.run_statistics`): its stages,
+        and each layer's clustering where it drew snapshots."""
+        from src.sandbox.statistics import run_statistics
+
+        return run_statistics(Path(run_dir), self.test_size)
+
     def state_dict(self) -> dict[str, Any]:
         """What a resumed run needs to log exactly what an uninterrupted one logs."""
         return {"spikes": self.spikes.state_dict(), "grad_max": dict(self._grad_max)}

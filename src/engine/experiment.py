@@ -121,10 +121,13 @@ def train_session(
 def completed_summary(
     cfg: DictConfig, task: Task, session: Session, dist: Dist, reached: dict[str, Any]
 ) -> dict[str, Any]:
-    """``summary.json`` of a session that trained to the end: what the run was, what it reached."""
+    """``summary.json`` of a session that trained to the end: what the run was, what it reached,
+    and the task's :meth:`~src.engine.task.Task.statistics` of its record where it has some."""
+    statistics = task.statistics(session.record.dir) if session.record.enabled and dist.main else None
     return {
         **run_identity(cfg, task),
         **reached,
+        **({"statistics": statistics} if statistics else {}),
         "world_size": dist.world,
         "sessions": session.sessions(reached["steps"]),
         "git": git_revision(),

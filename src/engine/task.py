@@ -184,6 +184,12 @@ class Task:
         """Called on the main process after each validation is logged (``final`` at the last
         step), for what a task writes into the run folder."""
 
+    def statistics(self, run_dir: Path) -> dict[str, Any] | None:
+        """Statistics of the finished run read from its folder, for ``summary.json``'s
+        ``statistics`` (None: the task has none). Read from the record, so a resumed run gives
+        what an uninterrupted one does."""
+        return None
+
     def state_dict(self) -> dict[str, Any] | None:
         """The task's own state, carried by the checkpoint so that a resumed run logs what an
         uninterrupted one does (None: it has none)."""

@@ -254,6 +254,20 @@ class ClusteringHead(_Embedded):
         return trace
 
 
+class QueryBlock(Block):
+    """timm's pre-norm ``Block`` in which the first token (the sandbox's query token) takes the
+    attention's output *without* its residual, as P5's pooled token does; every other token
+    keeps both residuals, and the feed-forward's residual is kept for all.
+
+    A subclass, not a rewrite: hooks on the block (``cond_tokens``' entry) and on its attention
+    (the variants) see what they see in timm's ``Block``."""
+
+    def forward(self, x: Tensor, attn_mask: Tensor | None = None, is_causal: bool = False) -> Tensor:
+        update = self.drop_path1(self.ls1(self.attn(self.norm1(x), attn_mask=attn_mask, is_causal=is_causal)))
+        x = torch.cat([update[:, :1], x[:, 1:] + update[:, 1:]], dim=1)  # (B, 1 + L, D)
+        return x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
+
+
 class MultiHeadSandbox(_Embedded):
     """The sandbox around standard pre-norm transformer blocks (timm's ``Block``).
 
@@ -261,7 +275,9 @@ class MultiHeadSandbox(_Embedded):
     embedded tokens; ``depth`` blocks of multi-head self-attention and a GELU feed-forward
     (width ``ffn_dim``), both residual behind gain-free RMSNorms, follow; the query token's
     final state is read out through the tied embedding. ``dim`` must be a multiple of
-    ``num_heads`` (with ``dim = 2``: ``num_heads`` 1 or 2).
+    ``num_heads`` (with ``dim = 2``: ``num_heads`` 1 or 2). ``query_residual=False`` makes the
+    blocks :class:`QueryBlock` s: the query token's state is the attention's output alone, as
+    P5's pooled token is (conf/backbone/sandbox_multihead.yaml says which setting learns).
     """
 
     def __init__(
@@ -275,14 +291,16 @@ class MultiHeadSandbox(_Embedded):
         qkv_bias: bool = False,
         eps: float = 1e-5,
         num_embeddings: int | None = None,
+        query_residual: bool = True,
     ) -> None:
         if dim % num_heads:
             raise ConfigError(f"sandbox_multihead: dim={dim} is not a multiple of num_heads={num_heads}")
         super().__init__(num_embeddings or vocab_size, seq_len, dim)
         self.query_token = nn.Parameter(torch.randn(1, 1, dim))
+        block = Block if query_residual else QueryBlock
         self.blocks = nn.Sequential(
             *(
-                Block(
+                block(
                     dim,
                     num_heads,
                     mlp_ratio=ffn_dim / dim,

@@ -129,3 +129,31 @@ def test_the_reference_backbone_refuses_variants_without_a_trained_w_q_and_names
 def test_heads_must_divide_the_width():
     with pytest.raises(ConfigError, match="not a multiple of num_heads"):
         MultiHeadSandbox(2, 12, dim=3, num_heads=2)
+
+
+def test_without_its_residual_the_query_token_is_attentions_output_and_the_others_are_timms():
+    """``query_residual=False``: the sequence tokens leave the block as in timm's ``Block`` (same
+    weights), the query token as ``a + MLP(norm(a))`` with ``a`` its attention output, P5's pooling."""
+    torch.manual_seed(0)
+    plain = MultiHeadSandbox(vocab_size=2, seq_len=12, num_heads=1)
+    pooled = MultiHeadSandbox(vocab_size=2, seq_len=12, num_heads=1, query_residual=False)
+    pooled.load_state_dict(plain.state_dict())
+    x = torch.randint(0, 2, (16, 12))
+    tokens = plain._tokens(x)  # (B, 1 + L, D)
+    block = pooled.blocks[0]
+    ours, timms = block(tokens), plain.blocks[0](tokens)
+    torch.testing.assert_close(ours[:, 1:], timms[:, 1:])
+    a = block.attn(block.norm1(tokens))[:, 0]  # (B, D)
+    torch.testing.assert_close(ours[:, 0], a + block.mlp(block.norm2(a)))
+    assert not torch.allclose(ours[:, 0], timms[:, 0])
+    torch.testing.assert_close(pooled(x), pooled.readout(ours[:, 0]))
+
+
+def test_cond_tokens_still_reaches_the_blocks_without_the_query_residual():
+    """The hook on the first block's input is a hook on the module: the subclass keeps it."""
+    torch.manual_seed(0)
+    model = MultiHeadSandbox(vocab_size=2, seq_len=12, query_residual=False)
+    x = torch.randint(0, 2, (16, 12))
+    before = model(x)
+    attention.apply(model, "cond_tokens")
+    assert not torch.allclose(model(x), before)

@@ -4,6 +4,8 @@ them (the stages of the accuracy curve, the clustering-head series)."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -73,6 +75,10 @@ def test_a_stopped_and_rerun_sandbox_run_ends_bit_identical(tmp_path, monkeypatc
         found = accuracy_stages([r["step"] for r in rows], [r["val/acc"] for r in rows], 128)
         return found, clustering_series(run_dir / "sandbox")
 
+    recorded = [json.loads((r / "summary.json").read_text())["statistics"] for r in (whole, stopped)]
+    assert recorded[0] == recorded[1] and recorded[0]["stages/plateaus"] >= 1
+    assert {"cluster/attn/clustering", "cluster/attn/emerged"} <= set(recorded[0])
     (stages_a, series_a), (stages_b, series_b) = statistics(whole), statistics(stopped)
+    assert recorded[0]["stages/plateaus"] == stages_a.plateaus
     assert stages_a == stages_b and stages_a.phases
     assert series_a == series_b and series_a[0] == [0, 20, 40, 60]

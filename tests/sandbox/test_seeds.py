@@ -6,12 +6,14 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import compose
+from scipy.stats import binomtest
 
 from src.engine import train
 from src.engine.record import checkpoint
 from src.engine.record.files import read_metrics
 from src.errors import ConfigError
 from src.sandbox.seeds import Curves, first_success, parse_seeds, seed_table, success_by_epoch, train_seeds
+from src.sandbox.success import compare
 
 SMALL = [
     "task=modadd",
@@ -61,9 +63,17 @@ def test_success_counts_the_seeds_that_never_learn():
     curves = Curves(seeds=[0, 1, 2, 3], overrides=[], epochs=6, steps_per_epoch=64, test_size=2048, acc=acc)
     assert success_by_epoch(curves) == [0, 0, 0.25, 0.25, 0.5, 0.5]
     assert [first_success(a) for a in acc] == [3, 5, None, None]
-    rows = seed_table(curves)
-    assert [r["first_success"] for r in rows] == [3, 5, None, None]
-    assert rows[2]["censored"] in (True, False) and rows[2]["rises"] == 0  # never left chance: no rise
+    assert [r["first_success"] for r in seed_table(curves)] == [3, 5, None, None]
+
+
+def test_the_seed_table_reads_stages_at_every_fifth_epoch_and_censors_the_never_learners():
+    """A seed at chance to epoch 30 then at 100%, and one at chance throughout, 60 epochs."""
+    curves = curves_learning_at([31, None], total=60)
+    learned, never = seed_table(curves)
+    assert (learned["plateaus"], learned["rises"], learned["censored"]) == (2, 1, False)
+    assert 25 <= learned["first_plateau"] <= 30  # the last point at chance, on the 5-epoch grid
+    assert (never["plateaus"], never["rises"], never["censored"]) == (1, 0, True)
+    assert never["first_plateau"] == 60  # at least the run: censored, not dropped
 
 
 def test_it_refuses_what_would_train_the_seeds_differently(tmp_path):
@@ -78,3 +88,29 @@ def test_seed_lists_and_ranges():
     assert parse_seeds("5,10-11") == [5, 10, 11]
     with pytest.raises(ConfigError, match="0-31"):
         parse_seeds("a-b")
+
+
+def curves_learning_at(epochs: list[int | None], total: int = 20) -> Curves:
+    """Seeds that reach 100% at the given epochs (None: never), at chance before."""
+    acc = [[1.0 if e is not None and i + 1 >= e else 0.5 for i in range(total)] for e in epochs]
+    return Curves(list(range(len(epochs))), [], total, 64, 2048, acc)
+
+
+def test_the_paired_comparison_counts_censored_seeds_and_adjusts_over_the_sets():
+    base = curves_learning_at([10, 10, 12, None, None, 15, 10, None])
+    every_seed_sooner = curves_learning_at([5, 6, 7, 9, 12, 8, 4, 19])  # 8 of 8 first: p = 1/256
+    six_of_eight = curves_learning_at([5, 6, 7, None, None, 8, 11, None])  # 4 first, 1 later, 3 ties
+    rows = compare({"standard": base, "a": every_seed_sooner, "b": six_of_eight}, "standard")
+    assert [r.learned for r in rows] == [5, 8, 5]
+    assert rows[0].p_faster is None and rows[0].median.censored == 3
+    assert rows[0].median.steps == 12  # KM over 10, 10, 10, 12, 15 and three censored at 20
+    a, b = rows[1], rows[2]
+    assert (a.faster, a.slower) == (8, 0) and a.p_faster == pytest.approx(1 / 256)
+    assert (a.verdict, a.adjusted) == ("faster", "faster")
+    assert (b.faster, b.slower) == (4, 1) and (b.verdict, b.adjusted) == ("inconclusive", "inconclusive")
+    assert (rows[0].low, rows[0].high) == pytest.approx(tuple(binomtest(5, 8).proportion_ci(method="exact")))
+
+
+def test_sets_with_other_seeds_are_refused_not_paired():
+    with pytest.raises(ConfigError, match="same seeds and epochs"):
+        compare({"a": curves_learning_at([1, 2]), "b": curves_learning_at([1, 2, 3])}, "a")

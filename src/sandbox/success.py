@@ -1,0 +1,169 @@
+"""Seed sets side by side: ``python -m src.sandbox.success DIR [DIR …] [--baseline DIR] [--out FIG]``.
+
+Each ``DIR`` holds a ``curves.json`` written by ``python -m src.sandbox.seeds`` (the test
+accuracy of every seed after every epoch). For each set, one row:
+
+* **learned**: the share of seeds at ≥ 95% test accuracy by the last epoch, with its exact
+  (Clopper–Pearson) 95% interval; a seed that never gets there counts in the denominator;
+* **epochs to learn**: the Kaplan–Meier median of the first epoch at ≥ 95%, the never-learners
+  right-censored at the last epoch (:func:`launch.time_to_quality.km_median`), with its 95%
+  interval and the number censored; "not reached" when fewer than half the seeds learn;
+* **against the baseline** (the first set, or ``--baseline``), paired by seed, which both sets
+  must share: the seeds that learned first in each (a seed learns first when it gets there and
+  the other does not, or gets there at an earlier epoch; :func:`launch.time_to_quality.sign_test`),
+  the exact sign test's one-sided p-values, and the verdict *faster* / *slower* / *inconclusive*
+  at 2.5% a side, raw and after Holm over the sets compared (the same rule as every verdict,
+  docs/methods.md#verdicts). No equivalence is claimed: the sign test has no margin.
+
+The figure (``--out``) draws each set's success-by-epoch curve (:func:`.seeds.draw_success`).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from scipy.stats import binomtest
+
+from launch.stats import holm
+from launch.time_to_quality import Median, km_median, sign_test
+from src.errors import ConfigError
+
+from .seeds import SUCCESS, Curves, draw_success, first_success
+
+SIDE = 0.025
+
+
+@dataclass(frozen=True)
+class Row:
+    """One seed set's success, its epochs to learn, and its paired comparison to the baseline."""
+
+    name: str
+    seeds: int
+    learned: int
+    low: float
+    high: float
+    median: Median
+    faster: int | None = None  # seeds that learned first here, against the baseline
+    slower: int | None = None
+    p_faster: float | None = None
+    p_slower: float | None = None
+    verdict: str = ""
+    adjusted: str = ""
+
+
+def arrivals(curves: Curves, threshold: float = SUCCESS) -> list[tuple[float, bool]]:
+    """Per seed, ``(epoch, learned)``: the first epoch at ``threshold``, or the last, censored."""
+    out = []
+    for acc in curves.acc:
+        first = first_success(acc, threshold)
+        out.append((float(first), True) if first is not None else (float(curves.epochs), False))
+    return out
+
+
+def verdict(p_faster: float, p_slower: float) -> str:
+    return "faster" if p_faster < SIDE else "slower" if p_slower < SIDE else "inconclusive"
+
+
+def compare(named: dict[str, Curves], baseline: str, threshold: float = SUCCESS) -> list[Row]:
+    """One :class:`Row` per set, the baseline first; the others paired with it by seed."""
+    base = named[baseline]
+    rows: list[Row] = []
+    for name, curves in named.items():
+        seeds = arrivals(curves, threshold)
+        learned = sum(r for _, r in seeds)
+        interval = binomtest(learned, len(seeds)).proportion_ci(0.95, method="exact")
+        median = km_median([e for e, _ in seeds], [r for _, r in seeds])
+        row = Row(name, len(seeds), learned, interval.low, interval.high, median)
+        if name != baseline:
+            if curves.seeds != base.seeds or curves.epochs != base.epochs:
+                raise ConfigError(
+                    f"{name} and the baseline {baseline} must hold the same seeds and epochs to be "
+                    f"paired: {len(curves.seeds)} seeds × {curves.epochs} epochs against "
+                    f"{len(base.seeds)} × {base.epochs}"
+                )
+            paired = list(zip(arrivals(base, threshold), seeds, strict=True))
+            first = [r[1] and (not b[1] or r[0] < b[0]) for b, r in paired]
+            later = [b[1] and (not r[1] or b[0] < r[0]) for b, r in paired]
+            p_faster, p_slower = sign_test([b for b, _ in paired], [r for _, r in paired])
+            row = Row(
+                **{
+                    **row.__dict__,
+                    "faster": sum(first),
+                    "slower": sum(later),
+                    "p_faster": p_faster,
+                    "p_slower": p_slower,
+                    "verdict": verdict(p_faster, p_slower),
+                }
+            )
+        rows.append(row)
+    others = [i for i, r in enumerate(rows) if r.p_faster is not None]
+    if others:
+        adjusted_for = holm([rows[i].p_faster for i in others])
+        adjusted_against = holm([rows[i].p_slower for i in others])
+        for i, pf, ps in zip(others, adjusted_for, adjusted_against, strict=True):
+            rows[i] = Row(**{**rows[i].__dict__, "adjusted": verdict(pf, ps)})
+    return rows
+
+
+def table(rows: Sequence[Row], threshold: float = SUCCESS) -> str:
+    """The rows as a Markdown table."""
+    lines = [
+        f"| seeds | learned (≥ {threshold:.0%}) [95%] | epochs to learn, KM median [95%] | "
+        "learned first: here / baseline | p faster / slower | verdict raw / Holm |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        cells = (
+            "baseline | — | —"
+            if r.p_faster is None
+            else f"{r.faster} / {r.slower} | {r.p_faster:.3g} / {r.p_slower:.3g} | {r.verdict} / {r.adjusted}"
+        )
+        lines.append(
+            f"| `{r.name}` ({r.seeds}) | {r.learned} of {r.seeds} [{r.low:.0%}, {r.high:.0%}] | "
+            f"{r.median} | {cells} |"
+        )
+    return "\n".join(lines)
+
+
+def name_of(folder: Path, curves: Curves) -> str:
+    return " ".join(curves.overrides) or folder.name
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m src.sandbox.success", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "folders", nargs="+", type=Path, help="folders with a curves.json (src.sandbox.seeds)"
+    )
+    parser.add_argument(
+        "--baseline", type=Path, default=None, help="the set the others are paired with (default: the first)"
+    )
+    parser.add_argument("--out", type=Path, default=None, help="draw the success-by-epoch curves here (PNG)")
+    args = parser.parse_args(argv)
+    folders = ([args.baseline] if args.baseline else []) + [f for f in args.folders if f != args.baseline]
+    missing = [str(f / "curves.json") for f in folders if not (f / "curves.json").is_file()]
+    if missing:
+        print(f"error: no curves.json in {', '.join(missing)}: write them with python -m src.sandbox.seeds")
+        return 2
+    named = {}
+    for folder in folders:
+        curves = Curves.load(folder / "curves.json")
+        name = name_of(folder, curves)
+        named[name if name not in named else str(folder)] = curves
+    try:
+        print(table(compare(named, next(iter(named)))))
+    except ConfigError as error:
+        print(f"error: {error}")
+        return 2
+    if args.out:
+        draw_success(named, args.out)
+        print(f"figure: {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
