@@ -170,7 +170,10 @@ def cached_wordpiece(
         return None if path.is_file() else f"missing {path}"
 
     ensure_generated(
-        path.with_name("trained.json"), {"source": source, "vocab_size": vocab_size}, train, damage,
+        path.with_name("trained.json"),
+        {"source": source, "vocab_size": vocab_size},
+        train,
+        damage,
         what=f"a WordPiece vocabulary of {vocab_size:,} tokens",
     )
     return load_trained_wordpiece(path)
