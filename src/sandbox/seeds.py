@@ -61,6 +61,21 @@ class Curves:
         tmp.write_text(json.dumps(asdict(self)))
         tmp.replace(path)
 
+    def truncated(self, epochs: int) -> Curves:
+        """The same seeds read only to ``epochs`` (a common budget for sets trained longer)."""
+        if not 1 <= epochs <= self.epochs:
+            raise ConfigError(f"--epochs {epochs}: these seeds trained {self.epochs} epochs")
+        return Curves(
+            self.seeds,
+            self.overrides,
+            epochs,
+            self.steps_per_epoch,
+            self.test_size,
+            [a[:epochs] for a in self.acc],
+            [v[:epochs] for v in self.loss],
+            self.seconds,
+        )
+
     @classmethod
     def load(cls, path: Path) -> Curves:
         return cls(**json.loads(Path(path).read_text()))

@@ -142,6 +142,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--baseline", type=Path, default=None, help="the set the others are paired with (default: the first)"
     )
+    parser.add_argument("--epochs", type=int, default=None, help="read every set only to this epoch")
     parser.add_argument("--out", type=Path, default=None, help="draw the success-by-epoch curves here (PNG)")
     args = parser.parse_args(argv)
     folders = ([args.baseline] if args.baseline else []) + [f for f in args.folders if f != args.baseline]
@@ -152,6 +153,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     named = {}
     for folder in folders:
         curves = Curves.load(folder / "curves.json")
+        if args.epochs:
+            try:
+                curves = curves.truncated(args.epochs)
+            except ConfigError as error:
+                print(f"error: {folder}: {error}")
+                return 2
         name = name_of(folder, curves)
         named[name if name not in named else str(folder)] = curves
     try:

@@ -114,3 +114,12 @@ def test_the_paired_comparison_counts_censored_seeds_and_adjusts_over_the_sets()
 def test_sets_with_other_seeds_are_refused_not_paired():
     with pytest.raises(ConfigError, match="same seeds and epochs"):
         compare({"a": curves_learning_at([1, 2]), "b": curves_learning_at([1, 2, 3])}, "a")
+
+
+def test_a_common_budget_reads_every_set_to_the_same_epoch():
+    """Truncated to epoch 12, a seed that learned at 15 has not learned: censored there."""
+    base = curves_learning_at([10, 15, None]).truncated(12)
+    assert base.epochs == 12 and all(len(a) == 12 for a in base.acc)
+    assert [r.learned for r in compare({"b": base}, "b")] == [1]
+    with pytest.raises(ConfigError, match="trained 20 epochs"):
+        curves_learning_at([1]).truncated(21)
