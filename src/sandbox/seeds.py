@@ -273,20 +273,18 @@ def draw_success(named: dict[str, Curves], path: Path, threshold: float = SUCCES
     import matplotlib
 
     matplotlib.use("Agg")
+    import textwrap
+
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.4, 3.6), constrained_layout=True)
+    fig, ax = plt.subplots(figsize=(6.4, 3.6 + 0.3 * len(named)), constrained_layout=True)
     for name, curves in named.items():
         rate = success_by_epoch(curves, threshold)
-        ax.step(
-            range(1, curves.epochs + 1),
-            rate,
-            where="post",
-            label=f"{name}: {rate[-1]:.0%} of {len(curves.seeds)} seeds",
-        )
+        label = f"{name}: {rate[-1]:.0%} of {len(curves.seeds)} seeds"
+        ax.step(range(1, curves.epochs + 1), rate, where="post", label=textwrap.fill(label, 70))
     ax.set(xlabel="epoch", ylabel=f"seeds at ≥ {threshold:.0%} test accuracy", ylim=(0, 1))
     ax.grid(alpha=0.3)
-    ax.legend(loc="upper left", fontsize="small")
+    fig.legend(loc="outside lower center", fontsize="small", ncols=1)
     fig.savefig(path, dpi=110)
     plt.close(fig)
 

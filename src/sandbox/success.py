@@ -128,8 +128,16 @@ def table(rows: Sequence[Row], threshold: float = SUCCESS) -> str:
     return "\n".join(lines)
 
 
-def name_of(folder: Path, curves: Curves) -> str:
-    return " ".join(curves.overrides) or folder.name
+def names(sets: list[tuple[Path, Curves]]) -> list[str]:
+    """Each set's overrides less those every set shares (and ``trainer.compile``, which changes
+    no arithmetic); the folder's name where nothing is left or two would read the same."""
+    shared = set.intersection(*(set(c.overrides) for _, c in sets)) if len(sets) > 1 else set()
+    out: list[str] = []
+    for folder, curves in sets:
+        kept = [o for o in curves.overrides if o not in shared and not o.startswith("trainer.compile")]
+        name = " ".join(kept) or folder.name
+        out.append(name if name not in out else str(folder))
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -150,7 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if missing:
         print(f"error: no curves.json in {', '.join(missing)}: write them with python -m src.sandbox.seeds")
         return 2
-    named = {}
+    sets = []
     for folder in folders:
         curves = Curves.load(folder / "curves.json")
         if args.epochs:
@@ -159,8 +167,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             except ConfigError as error:
                 print(f"error: {folder}: {error}")
                 return 2
-        name = name_of(folder, curves)
-        named[name if name not in named else str(folder)] = curves
+        sets.append((folder, curves))
+    named = dict(zip(names(sets), (c for _, c in sets), strict=True))
     try:
         print(table(compare(named, next(iter(named)))))
     except ConfigError as error:
