@@ -217,6 +217,8 @@ def draw_curves(
 
 def _legend(ax: Axes, below: bool) -> None:
     count = len(ax.get_legend_handles_labels()[1])
+    if not count:
+        return
     under = {"loc": "upper center", "bbox_to_anchor": (0.5, -0.22), "ncol": min(count, 2)}
     ax.legend(**(under if below else {"loc": "upper right"}))
 
@@ -226,6 +228,28 @@ def mark_spikes(ax: Axes, rows: list[dict[str, Any]], step: int, legend_below: b
     if len(xs):
         ax.scatter(xs, ys, marker="v", color="tab:red", s=16, zorder=3, label="spike")
         _legend(ax, legend_below)
+
+
+STAGE_COLOURS = {"plateau": "0.6", "rise": "tab:green", "fall": "tab:red"}
+
+
+def mark_stages(ax: Axes, rows: list[dict[str, Any]], step: int, test_size: int) -> list:
+    """Shade the stages of the test accuracy up to ``step`` (:func:`.stages.accuracy_stages`:
+    plateaus grey, rises green, falls red) behind the panel's curves; the phases drawn."""
+    from .stages import accuracy_stages
+
+    xs, ys = series(rows, "val/acc", up_to=step)
+    if len(xs) < 2:
+        return []
+    phases = accuracy_stages(xs, ys, test_size).phases
+    labelled: set[str] = set()
+    for phase in phases:
+        label = phase.kind if phase.kind not in labelled else None
+        labelled.add(phase.kind)
+        ax.axvspan(
+            phase.start, phase.end, color=STAGE_COLOURS[phase.kind], alpha=0.15, lw=0, label=label, zorder=0
+        )
+    return phases
 
 
 def cloud_panels(snap: Snapshot) -> list[tuple[str, str, dict[str, Any]]]:
@@ -270,10 +294,18 @@ def curve_panels(rows: list[dict[str, Any]]) -> list[tuple[str, list[str], bool]
 
 
 def render_frame(
-    snap: Snapshot, rows: list[dict[str, Any]], path: Path, title: str, total: int | None, dpi: int = 64
+    snap: Snapshot,
+    rows: list[dict[str, Any]],
+    path: Path,
+    title: str,
+    total: int | None,
+    dpi: int = 64,
+    test_size: int | None = None,
 ) -> None:
     """Draw the frame of ``snap`` with the record ``rows`` up to its step, to the PNG ``path``: the
-    layer panels, then the curves (their legends below them), in :data:`FONTS`."""
+    layer panels, then the curves (their legends below them), in :data:`FONTS`. With
+    ``test_size``, the loss and accuracy panels shade the stages found so far, and the loss
+    panel marks the spikes."""
     with plt.rc_context(FONTS):
         layers, curves = cloud_panels(snap), curve_panels(rows)
         nrows = math.ceil((n := len(layers) + len(curves)) / COLUMNS)
@@ -284,6 +316,9 @@ def render_frame(
                 draw_layer(ax, snap, kind, name, options)
             for ax, (ctitle, keys, log) in zip(flat[len(layers) :], curves, strict=False):
                 draw_curves(ax, rows, keys, snap.step, ctitle, log=log, total=total, legend_below=True)
+                if test_size and (ctitle.startswith("loss") or ctitle == "test accuracy"):
+                    mark_stages(ax, rows, snap.step, test_size)
+                    _legend(ax, True)
                 if ctitle.startswith("loss"):
                     mark_spikes(ax, rows, snap.step, legend_below=True)
                 if ctitle in ("test accuracy", "attention entropy"):

@@ -28,6 +28,12 @@ def run_title(run_dir: Path) -> str:
     return f"{cfg.task.name} · {cfg.backbone.name} · attn={cfg.attn.variant} · seed={cfg.seed}"
 
 
+def test_size(run_dir: Path) -> int | None:
+    """The run's ``task.test_size`` from its ``config.yaml``: the noise floor of its stages."""
+    path = Path(run_dir) / "config.yaml"
+    return int(OmegaConf.load(path).task.test_size) if path.exists() else None
+
+
 def planned_steps(run_dir: Path) -> int | None:
     """The run's total steps from its ``config.yaml`` (one process), for a fixed x axis."""
     path = Path(run_dir) / "config.yaml"
@@ -47,7 +53,15 @@ def record_snapshot(snap: Snapshot, run_dir: Path, final: bool, options: dict[st
     snap.save(snapshot_path(sandbox_dir, step))
     rows = [r for r in read_metrics(run_dir) if r["step"] <= step]
     title = run_title(run_dir)
-    render_frame(snap, rows, frame_path(sandbox_dir, step), title, planned_steps(run_dir), options["dpi"])
+    render_frame(
+        snap,
+        rows,
+        frame_path(sandbox_dir, step),
+        title,
+        planned_steps(run_dir),
+        options["dpi"],
+        test_size(run_dir),
+    )
     frames = [
         f for s in snapshot_steps(sandbox_dir, up_to=step) if (f := frame_path(sandbox_dir, s)).exists()
     ]
@@ -61,11 +75,12 @@ def redraw(run_dir: Path, dpi: int = 64, gif_ms: int = 120) -> Path:
     run_dir = Path(run_dir)
     sandbox_dir = run_dir / "sandbox"
     rows, title, total = read_metrics(run_dir), run_title(run_dir), planned_steps(run_dir)
+    size = test_size(run_dir)
     frames = []
     for step in snapshot_steps(sandbox_dir):
         snap = Snapshot.load(snapshot_path(sandbox_dir, step))
         frames.append(frame_path(sandbox_dir, step))
-        render_frame(snap, [r for r in rows if r["step"] <= step], frames[-1], title, total, dpi)
+        render_frame(snap, [r for r in rows if r["step"] <= step], frames[-1], title, total, dpi, size)
     if frames:
         write_gif(frames, sandbox_dir / "training.gif", gif_ms)
     return write_page(sandbox_dir, frames, title, rows)

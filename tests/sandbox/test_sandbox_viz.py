@@ -130,3 +130,26 @@ def test_two_runs_side_by_side(tmp_path, two_runs):
     page = redraw(b)  # drawn again from the snapshots alone
     assert page_frames(page.parent) == [f"frames/step_{s:07d}.png" for s in (0, 20, 40)]
     assert (b / "sandbox" / "frames" / "step_0000020.png").exists()
+
+
+def test_the_frames_shade_the_stages_the_statistic_finds():
+    """A staircase (chance to step 400, a rise to 500, 100% after) is shaded plateau, rise,
+    plateau over exactly the spans :func:`accuracy_stages` reports; a one-point curve, nothing."""
+    import matplotlib.pyplot as plt
+
+    from src.sandbox.frames import mark_stages
+    from src.sandbox.stages import accuracy_stages
+
+    rng = np.random.default_rng(0)
+    steps = list(range(0, 1001, 25))
+    acc = [0.5 if s <= 400 else 1.0 if s >= 500 else 0.5 + (s - 400) / 200 for s in steps]
+    acc = [min(1.0, a + rng.normal(0, 0.003)) for a in acc]
+    rows = [{"step": s, "split": "val", "val/acc": a} for s, a in zip(steps, acc, strict=True)]
+    fig, ax = plt.subplots()
+    phases = mark_stages(ax, rows, step=1000, test_size=2048)
+    assert [p.kind for p in phases] == ["plateau", "rise", "plateau"]
+    assert phases == accuracy_stages(steps, acc, 2048).phases
+    spans = [(round(p.get_x()), round(p.get_x() + p.get_width())) for p in ax.patches]
+    assert spans == [(round(p.start), round(p.end)) for p in phases]
+    assert mark_stages(plt.subplots()[1], rows[:1], step=1000, test_size=2048) == []
+    plt.close("all")
