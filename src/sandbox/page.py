@@ -108,8 +108,9 @@ td, th {{ border: 1px solid #ccc; padding: 0.2em 0.6em; text-align: right; }}
 <body>
 <h1>{title}</h1>
 <p>Each frame: every layer's 2-D cloud and the query's attention at its step, then the curves up to
-that step (x axis: optimizer steps; the vertical line marks the frame's step). Drag the slider or
-press play.</p>
+that step (x axis: optimizer steps; the vertical line marks the frame's step). On the loss and
+accuracy panels the stages found so far are shaded (plateaus grey, rises green) and the loss spikes
+marked. Drag the slider or press play.</p>
 <div class="controls">
 <button id="play">play</button>
 <input id="slider" type="range" min="0" max="{count}" value="{count}" style="width: 60%">
