@@ -337,6 +337,13 @@ def parse_margins(items: list[str]) -> dict[str, float]:
     return margins
 
 
+def seed_sets(roots: list[Path]) -> tuple[list[str], dict[str, bytes]]:
+    """P5's seed sets under ``roots`` (:func:`src.sandbox.success.report_section`)."""
+    from src.sandbox.success import report_section
+
+    return report_section(roots)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m launch.report", description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -363,6 +370,14 @@ def main(argv: list[str] | None = None) -> int:
     if not args.runs and not args.wandb:
         parser.error("give run folders, --wandb ENTITY/PROJECT, or both")
     runs = read_runs(args.runs) + (read_wandb(args.wandb) if args.wandb else [])
+    seed_lines, seed_pngs = seed_sets(args.runs)
+    if not runs and seed_lines:  # only seed sets (python -m src.sandbox.seeds): their section alone
+        out = args.out or args.runs[0] / "report"
+        text = "# Results\n" + "\n".join(seed_lines) + "\n"
+        write_files(out, {"report.md": text.encode(), **seed_pngs})
+        print(text)
+        print(f"wrote {out / 'report.md'} and {len(seed_pngs)} plots", file=sys.stderr)
+        return 0
     if not runs:
         print(
             f"error: no run folders (.hydra/config.yaml, or config.yaml beside metrics.jsonl) under "
@@ -372,7 +387,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out = args.out or (args.runs[0] / "report" if args.runs else Path("report"))
     text = markdown(table(runs), convergence(runs), runs, margins, settled)
-    plots = pngs(runs)
+    text += "\n".join(seed_lines) + ("\n" if seed_lines else "")
+    plots = {**pngs(runs), **seed_pngs}
     try:
         write_files(out, {"report.md": text.encode(), **exports(export_rows(runs)), **plots})
     except RecordError as error:

@@ -30,7 +30,6 @@ import copy
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
@@ -40,45 +39,7 @@ from torch import Tensor, nn
 
 from src.errors import ConfigError
 
-
-@dataclass
-class Curves:
-    """Every seed's test accuracy and loss after every epoch (``acc[s][e]``: seed ``seeds[s]``
-    after epoch ``e + 1``), with what trained them."""
-
-    seeds: list[int]
-    overrides: list[str]
-    epochs: int
-    steps_per_epoch: int
-    test_size: int
-    acc: list[list[float]] = field(default_factory=list)
-    loss: list[list[float]] = field(default_factory=list)
-    seconds: float = 0.0
-
-    def save(self, path: Path) -> None:
-        path = Path(path)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(self)))
-        tmp.replace(path)
-
-    def truncated(self, epochs: int) -> Curves:
-        """The same seeds read only to ``epochs`` (a common budget for sets trained longer)."""
-        if not 1 <= epochs <= self.epochs:
-            raise ConfigError(f"--epochs {epochs}: these seeds trained {self.epochs} epochs")
-        return Curves(
-            self.seeds,
-            self.overrides,
-            epochs,
-            self.steps_per_epoch,
-            self.test_size,
-            [a[:epochs] for a in self.acc],
-            [v[:epochs] for v in self.loss],
-            self.seconds,
-        )
-
-    @classmethod
-    def load(cls, path: Path) -> Curves:
-        return cls(**json.loads(Path(path).read_text()))
+from .curves import SUCCESS, Curves, draw_success, seed_table, success_by_epoch
 
 
 def check_supported(cfg: DictConfig) -> None:
@@ -222,71 +183,6 @@ def _optimizer(cfg: DictConfig, holder: nn.Module):
     from src.engine.loop.optim import build_optimizer
 
     return build_optimizer(cfg, holder)
-
-
-# -- success by epoch ------------------------------------------------------------------------
-
-SUCCESS = 0.95  # P5's "learned": test accuracy at least this
-
-
-def first_success(acc: Sequence[float], threshold: float = SUCCESS) -> int | None:
-    """The first epoch (1-based) whose test accuracy is at least ``threshold``; None: never (censored)."""
-    return next((e + 1 for e, a in enumerate(acc) if a >= threshold), None)
-
-
-def success_by_epoch(curves: Curves, threshold: float = SUCCESS) -> list[float]:
-    """The fraction of seeds that have reached ``threshold`` by each epoch (``[e]``: by epoch
-    ``e + 1``): the empirical distribution of the first success, the never-learners counted
-    in the denominator (censored at the last epoch, never dropped)."""
-    firsts = [first_success(a, threshold) for a in curves.acc]
-    return [sum(f is not None and f <= e for f in firsts) / len(firsts) for e in range(1, curves.epochs + 1)]
-
-
-STAGE_EVERY = 5  # epochs between the points the stages are read at
-
-
-def seed_table(curves: Curves, threshold: float = SUCCESS, every: int = STAGE_EVERY) -> list[dict]:
-    """Per seed: its first success, its final accuracy, and its stages (src/sandbox/stages.py),
-    in epochs. [reading] The stages are read from every ``every``-th epoch (5: the cadence
-    their prices were calibrated at, seed 11 validated every 5 epochs); read every epoch, the
-    same rule cuts a 1,000-point curve into tens of plateaus, the epoch-to-epoch moves of a
-    fixed test set being smaller than its sampling floor but not noise."""
-    from .stages import accuracy_stages
-
-    rows = []
-    for seed, acc in zip(curves.seeds, curves.acc, strict=True):
-        epochs = list(range(every, len(acc) + 1, every)) or [len(acc)]
-        found = accuracy_stages(epochs, [acc[e - 1] for e in epochs], curves.test_size)
-        rows.append(
-            {
-                "seed": seed,
-                "first_success": first_success(acc, threshold),
-                "final": acc[-1],
-                **{k.removeprefix("stages/"): v for k, v in found.summary().items()},
-            }
-        )
-    return rows
-
-
-def draw_success(named: dict[str, Curves], path: Path, threshold: float = SUCCESS) -> None:
-    """The success-by-epoch curve of each named set of seeds, in one figure (P5's way)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import textwrap
-
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.4, 3.6 + 0.3 * len(named)), constrained_layout=True)
-    for name, curves in named.items():
-        rate = success_by_epoch(curves, threshold)
-        label = f"{name}: {rate[-1]:.0%} of {len(curves.seeds)} seeds"
-        ax.step(range(1, curves.epochs + 1), rate, where="post", label=textwrap.fill(label, 70))
-    ax.set(xlabel="epoch", ylabel=f"seeds at ≥ {threshold:.0%} test accuracy", ylim=(0, 1))
-    ax.grid(alpha=0.3)
-    fig.legend(loc="outside lower center", fontsize="small", ncols=1)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 # -- the command ----------------------------------------------------------------------------

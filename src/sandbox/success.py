@@ -21,6 +21,7 @@ The figure (``--out``) draws each set's success-by-epoch curve (:func:`.seeds.dr
 from __future__ import annotations
 
 import argparse
+import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +32,7 @@ from launch.stats import holm
 from launch.time_to_quality import Median, km_median, sign_test
 from src.errors import ConfigError
 
-from .seeds import SUCCESS, Curves, draw_success, first_success
+from .curves import SUCCESS, Curves, draw_success, first_success
 
 SIDE = 0.025
 
@@ -138,6 +139,66 @@ def names(sets: list[tuple[Path, Curves]]) -> list[str]:
         name = " ".join(kept) or folder.name
         out.append(name if name not in out else str(folder))
     return out
+
+
+def backbone_of(curves: Curves) -> str:
+    """The ``backbone=`` a set was trained with (``sandbox``, the task's default, when none)."""
+    return next((o.split("=", 1)[1] for o in curves.overrides if o.startswith("backbone=")), "sandbox")
+
+
+def is_standard(curves: Curves) -> bool:
+    return all(not o.startswith("attn=") or o == "attn=standard" for o in curves.overrides)
+
+
+def report_section(roots: Sequence[Path]) -> tuple[list[str], dict[str, bytes]]:
+    """For ``python -m launch.report``: every seed set (``curves.json``) under ``roots``, grouped by
+    backbone, each group's sets paired with its ``standard`` set (the group is skipped, and
+    said so, without one, or where a set's seeds or epochs differ); the Markdown lines and one
+    success-by-epoch PNG per group. Nothing when there is no seed set."""
+    found = sorted({p.parent for root in roots for p in Path(root).rglob("curves.json")})
+    if not found:
+        return [], {}
+    groups: dict[str, list[tuple[Path, Curves]]] = {}
+    for folder in found:
+        curves = Curves.load(folder / "curves.json")
+        groups.setdefault(backbone_of(curves), []).append((folder, curves))
+    lines = [
+        "",
+        "## P5: seeds trained at once",
+        "",
+        f"Seed sets written by `python -m src.sandbox.seeds` (`curves.json`), per backbone, each paired "
+        f"by seed with the backbone's `standard` set: *learned* is the share at ≥ {SUCCESS:.0%} test "
+        "accuracy by the last epoch [exact 95% interval], *epochs to learn* the Kaplan–Meier median with "
+        "the never-learners censored, then the seeds that learned first in each set, the exact sign "
+        "test and its verdict, raw and after Holm over the group (src/sandbox/success.py).",
+    ]
+    pngs: dict[str, bytes] = {}
+    for backbone, sets in groups.items():
+        sets.sort(key=lambda s: not is_standard(s[1]))  # the standard set first: the baseline
+        lines += ["", f"### `{backbone}`", ""]
+        if not is_standard(sets[0][1]):
+            lines.append(f"No `standard` set of `{backbone}` to pair with: {len(sets)} set(s) not compared.")
+            continue
+        base = sets[0][1]
+        paired = [s for s in sets if s[1].seeds == base.seeds and s[1].epochs == base.epochs]
+        named = dict(zip(names(paired), (c for _, c in paired), strict=True))
+        lines.append(table(compare(named, next(iter(named)))))
+        others = [
+            f"`{folder}` ({len(c.seeds)} seeds × {c.epochs} epochs)"
+            for folder, c in sets
+            if (folder, c) not in paired
+        ]
+        if others:
+            lines += [
+                "",
+                f"Not paired with `{sets[0][0]}` ({len(base.seeds)} seeds × {base.epochs} epochs), "
+                "other seeds or epochs: " + ", ".join(others) + ".",
+            ]
+        buffer = io.BytesIO()
+        draw_success(named, buffer)
+        pngs[f"p5_success_{backbone}.png"] = buffer.getvalue()
+        lines += ["", f"![success by epoch, {backbone}](p5_success_{backbone}.png)"]
+    return lines, pngs
 
 
 def main(argv: Sequence[str] | None = None) -> int:

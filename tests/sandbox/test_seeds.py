@@ -12,7 +12,8 @@ from src.engine import train
 from src.engine.record import checkpoint
 from src.engine.record.files import read_metrics
 from src.errors import ConfigError
-from src.sandbox.seeds import Curves, first_success, parse_seeds, seed_table, success_by_epoch, train_seeds
+from src.sandbox.curves import Curves, first_success, seed_table, success_by_epoch
+from src.sandbox.seeds import parse_seeds, train_seeds
 from src.sandbox.success import compare
 
 SMALL = [
@@ -123,3 +124,25 @@ def test_a_common_budget_reads_every_set_to_the_same_epoch():
     assert [r.learned for r in compare({"b": base}, "b")] == [1]
     with pytest.raises(ConfigError, match="trained 20 epochs"):
         curves_learning_at([1]).truncated(21)
+
+
+def test_the_report_pairs_seed_sets_by_backbone_with_their_standard(tmp_path):
+    """``python -m launch.report`` on a folder of seed sets only: one section per backbone, the
+    variant paired with standard, a set of other epochs listed as not paired, a figure each."""
+    from launch.report import main as report
+
+    sets = {
+        "standard": (curves_learning_at([10, 10, 12, None, None, 15, 10, None]), []),
+        "cond_init": (curves_learning_at([5, 6, 7, 9, 12, 8, 4, 19]), ["attn=cond_init"]),
+        "short": (curves_learning_at([5, 6], total=10), ["attn=precond"]),
+    }
+    for name, (curves, overrides) in sets.items():
+        (tmp_path / name).mkdir()
+        curves.overrides = ["experiment=paper/p5", *overrides]
+        curves.save(tmp_path / name / "curves.json")
+    assert report([str(tmp_path), "--out", str(tmp_path / "report")]) == 0
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert "### `sandbox`" in text
+    assert "| `attn=cond_init` (8) | 8 of 8" in text and "faster / faster" in text
+    assert "Not paired with" in text and "short` (2 seeds × 10 epochs)" in text
+    assert (tmp_path / "report" / "p5_success_sandbox.png").stat().st_size > 1000
