@@ -30,6 +30,14 @@ class Curves:
     acc: list[list[float]] = field(default_factory=list)
     loss: list[list[float]] = field(default_factory=list)
     seconds: float = 0.0
+    attn: dict = field(default_factory=dict)  # the composed ``cfg.attn`` (its variant and options)
+
+    @property
+    def variant(self) -> str:
+        """The attention variant the seeds trained with (a file without ``attn``: its ``attn=``
+        override, else ``standard``)."""
+        given = [o.split("=", 1)[1] for o in self.overrides if o.startswith("attn=")]
+        return self.attn.get("variant") or (given[-1] if given else "standard")
 
     def save(self, path: Path) -> None:
         path = Path(path)
@@ -50,6 +58,7 @@ class Curves:
             [a[:epochs] for a in self.acc],
             [v[:epochs] for v in self.loss],
             self.seconds,
+            self.attn,
         )
 
     @classmethod

@@ -151,6 +151,7 @@ def train_seeds(
     evaluate = torch.vmap(seed_eval)
     seeds = list(seeds)
     curves = Curves(seeds, list(overrides), epochs, steps_per_epoch, int(x_test.shape[1]))
+    curves.attn = OmegaConf.to_container(cfg.attn, resolve=True)
     accs, losses = [], []
     started, step = time.monotonic(), 0
     for epoch in range(epochs):

@@ -147,7 +147,7 @@ def backbone_of(curves: Curves) -> str:
 
 
 def is_standard(curves: Curves) -> bool:
-    return all(not o.startswith("attn=") or o == "attn=standard" for o in curves.overrides)
+    return curves.variant == "standard"
 
 
 def report_section(roots: Sequence[Path]) -> tuple[list[str], dict[str, bytes]]:
