@@ -4,7 +4,7 @@ Each :class:`Claim` says who claims what (``source``, ``statement``), how the su
 (``measure``, ``better``), where it is tested at small scale (``tasks`` and the ``experiment``
 that runs them) and the paper's number where one exists. The measures, and how runs turn into a
 verdict per claim, task and reading, are :mod:`launch.verdicts`' (kept apart so that this list
-reads on its own).
+reads on its own); P5's, measured over seeds trained at once, :mod:`launch.seed_verdicts`'.
 
 Claims that need no training (theorems) are checked by tests; they are listed here with the
 test that asserts them and what it found (:data:`CHECKED_BY_TESTS`).
@@ -26,7 +26,7 @@ class Claim:
     source: str  # P1 … P5
     statement: str
     variant: str  # the variant it is about (``standard`` for P5's dynamics)
-    measure: str  # final | monitor:<monitor key> (at init, during, at the end) | time_to_target | stages
+    measure: str  # final | monitor:<key> (at init, during, at the end) | time_to_target | stages | learns_first
     better: Better  # metric: the task's own direction; higher / lower: of the measure
     tasks: tuple[str, ...]  # the suite's tasks that test it at small scale
     experiment: str = "readings"  # conf/experiment/readings/<task>.yaml runs them
@@ -221,6 +221,31 @@ CLAIMS: list[Claim] = [
         "higher",
         MODADD,
         paper="seen in every figure; no number",
+    ),
+    # the suite's own question on P5's sandbox, one row per variant at its primary reading: does
+    # conditioning shorten the plateau? No paper asks it, so no paper's number; judged from seed
+    # sets (launch/seed_verdicts.py), never from run records
+    *(
+        Claim(
+            f"P5-{variant}",
+            "P5",
+            f"`{variant}` shortens the time P5's sandbox takes to learn (the suite's question; "
+            "no paper asks it)",
+            variant,
+            "learns_first",
+            "lower",
+            MODADD,
+            experiment="paper/p5",
+            paper="not asked",
+            primary=primary,
+        )
+        for variant, primary in (
+            ("precond", "precond"),
+            ("spectral", "spectral_qkv"),
+            ("cond_init", "cond_init_per_head"),
+            ("cond_tokens", "cond_tokens_block"),
+            ("mimetic", "mimetic"),
+        )
     ),
 ]
 

@@ -41,11 +41,16 @@ def reading_files() -> dict[str, tuple[str, dict[str, Any]]]:
 def matching(run: Run) -> str | None:
     """The reading file ``run`` was trained under: its variant, and every option the file sets at
     the run's value (the most specific where several match; None where none does)."""
-    options = run.attn_options or (run.identity.config.get("attn") or {})
+    return match(run.attn, run.attn_options or (run.identity.config.get("attn") or {}))
+
+
+def match(variant: str, options: dict[str, Any]) -> str | None:
+    """The reading file of ``variant`` whose every option has the value in ``options`` (the most
+    specific where several do; None where none does)."""
     found = [
         (len(settings), name)
-        for name, (variant, settings) in reading_files().items()
-        if variant == run.attn and all(_same(options.get(k), v) for k, v in settings.items())
+        for name, (of, settings) in reading_files().items()
+        if of == variant and all(_same(options.get(k), v) for k, v in settings.items())
     ]
     return max(found)[1] if found else None
 

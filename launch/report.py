@@ -338,10 +338,14 @@ def parse_margins(items: list[str]) -> dict[str, float]:
 
 
 def seed_sets(roots: list[Path]) -> tuple[list[str], dict[str, bytes]]:
-    """P5's seed sets under ``roots`` (:func:`src.sandbox.success.report_section`)."""
+    """P5's seed sets under ``roots`` (:func:`src.sandbox.success.report_section`), then P5's
+    claims judged from them (:mod:`launch.seed_verdicts`)."""
     from src.sandbox.success import report_section
 
-    return report_section(roots)
+    from .seed_verdicts import load_sets, section, seed_verdicts
+
+    lines, pngs = report_section(roots)
+    return lines + section(seed_verdicts(load_sets(roots))), pngs
 
 
 def main(argv: list[str] | None = None) -> int:

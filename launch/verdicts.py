@@ -174,6 +174,8 @@ def verdicts(
     out = []
     for claim in claims:
         margin = (margins or {}).get(claim.key, claim.margin)
+        if claim.measure == "learns_first":  # seed sets' measure (launch/seed_verdicts.py)
+            continue
         for task in claim.tasks:
             here = [r for r in readable if r.task == task]
             if claim.measure == "stages":

@@ -145,4 +145,6 @@ def test_the_report_pairs_seed_sets_by_backbone_with_their_standard(tmp_path):
     assert "### `sandbox`" in text
     assert "| `attn=cond_init` (8) | 8 of 8" in text and "faster / faster" in text
     assert "Not paired with" in text and "short` (2 seeds × 10 epochs)" in text
+    # P5's claims from the sets: cond_init learned first in 8 of 8 (launch/seed_verdicts.py)
+    assert "| `P5-cond_init` | `sandbox` |" in text and "| 8 | 1.00 [0.63, 1.00] | reproduced |" in text
     assert (tmp_path / "report" / "p5_success_sandbox.png").stat().st_size > 1000

@@ -1,0 +1,200 @@
+"""P5's claims judged from seed sets (``curves.json``, written by ``python -m src.sandbox.seeds``).
+
+P5's findings are rates over seeds, and its sandbox trains its seeds at once, so its claims are
+judged from the sets' curves rather than from run records (:mod:`launch.verdicts` judges those).
+A claim of :mod:`launch.claims` on ``modadd`` is judged here when its measure is one of:
+
+``stages``        on each ``standard`` set: per seed that leaves its first plateau and ends the
+                  rise after it, the first plateau minus that rise over the set's epochs (the
+                  measure :func:`launch.verdicts.stages` reads from a run's validation curve,
+                  here from the seed's test accuracy every 5 epochs, :func:`~src.sandbox.curves.seed_table`);
+                  its mean with a 95% t interval; *reproduced* when the interval is above 0 (a
+                  plateau longer than its rise). Seeds that never leave the plateau are censored:
+                  counted in the note, not in the mean.
+``learns_first``  each set of the claim's variant against the ``standard`` set of the same
+                  backbone, paired by seed (same data, same init draw): among the seeds that
+                  learned (≥ 95% test accuracy) first in one of the two, the share that did under
+                  the variant, with its exact 95% interval; the exact sign test
+                  (:func:`launch.time_to_quality.sign_test`); *reproduced* when it says faster
+                  (one-sided 2.5%), *contradicted* when slower. The sign test has no margin: no
+                  *equivalent*. The claim's readings on one backbone are a family, Holm-adjusted.
+
+The rows name the set's reading (:func:`launch.reading_files.match`, from the composed
+``attn`` the set records) and which is the claim's primary.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from scipy.stats import binomtest
+
+from src.sandbox.curves import Curves, seed_table
+from src.sandbox.success import arrivals, backbone_of
+
+from . import stats
+from .claims import CLAIMS, Claim
+from .reading_files import match
+from .time_to_quality import sign_test
+
+MEASURES = ("stages", "learns_first")
+
+
+@dataclass(frozen=True)
+class SeedVerdict:
+    """One claim on one seed set (a backbone, a reading), with its statistic and verdict."""
+
+    claim: Claim
+    backbone: str
+    reading: str  # the conf/reading/ file the set matches, else its overrides
+    n: int  # the seeds the statistic is over
+    value: float | None  # the mean (stages) or the variant's share of the first learners
+    low: float | None
+    high: float | None
+    p_for: float | None
+    p_against: float | None
+    note: str
+    epochs: int
+    seeds: int
+    adjusted: str = ""
+
+    @property
+    def verdict(self) -> str:
+        if self.p_for is None:
+            return "no data" if self.n == 0 else "inconclusive"
+        return stats.three_way(self.p_for, self.p_against, None)
+
+    @property
+    def primary(self) -> bool:
+        return self.reading == self.claim.primary
+
+
+def reading_of(curves: Curves) -> str:
+    """The ``conf/reading/`` file whose variant and options are the set's, else its overrides."""
+    found = match(curves.variant, curves.attn) if curves.attn else None
+    return found or " ".join(curves.overrides) or "—"
+
+
+def load_sets(roots: list[Path]) -> list[tuple[Path, Curves]]:
+    folders = sorted({p.parent for root in roots for p in Path(root).rglob("curves.json")})
+    return [(f, Curves.load(f / "curves.json")) for f in folders]
+
+
+def stages_verdict(claim: Claim, curves: Curves) -> SeedVerdict:
+    """P5's two stages on one ``standard`` set (see the module's docstring)."""
+    rows = seed_table(curves)
+    done = [r for r in rows if not r["censored"] and r["first_rise"] is not None and not r["rise_censored"]]
+    values = [(r["first_plateau"] - r["first_rise"]) / curves.epochs for r in done]
+    test = stats.paired_test(values)
+    never = sum(r["censored"] for r in rows)
+    note = (
+        f"{len(values)} of {len(rows)} seeds leave the first plateau and end the rise "
+        f"(median plateau {statistics.median(r['first_plateau'] for r in done):.0f} epochs, "
+        f"rise {statistics.median(r['first_rise'] for r in done):.0f})"
+        if done
+        else f"no seed of {len(rows)} ends a rise"
+    ) + f"; {never} never leave it (censored)"
+    return SeedVerdict(
+        claim,
+        backbone_of(curves),
+        reading_of(curves),
+        len(values),
+        statistics.fmean(values) if values else None,
+        None if test is None else test.low,
+        None if test is None else test.high,
+        None if test is None else test.p_for,
+        None if test is None else test.p_against,
+        note,
+        curves.epochs,
+        len(curves.seeds),
+    )
+
+
+def learns_first_verdict(claim: Claim, curves: Curves, base: Curves) -> SeedVerdict:
+    """One set of the claim's variant against its backbone's ``standard`` set, paired by seed."""
+    paired = list(zip(arrivals(base), arrivals(curves), strict=True))
+    first = sum(r[1] and (not b[1] or r[0] < b[0]) for b, r in paired)
+    later = sum(b[1] and (not r[1] or b[0] < r[0]) for b, r in paired)
+    p_faster, p_slower = sign_test([b for b, _ in paired], [r for _, r in paired])
+    n = first + later
+    low, high = (binomtest(first, n).proportion_ci(0.95, method="exact") if n else (None, None))
+    learned = (sum(r for _, r in arrivals(curves)), sum(r for _, r in arrivals(base)))
+    note = (
+        f"learned first here / in standard: {first} / {later}; learned by epoch {curves.epochs}: "
+        f"{learned[0]} / {learned[1]} of {len(curves.seeds)}"
+    )
+    return SeedVerdict(
+        claim,
+        backbone_of(curves),
+        reading_of(curves),
+        n,
+        first / n if n else None,
+        low,
+        high,
+        p_faster if n else None,
+        p_slower if n else None,
+        note,
+        curves.epochs,
+        len(curves.seeds),
+    )
+
+
+def seed_verdicts(sets: list[tuple[Path, Curves]], claims: list[Claim] = CLAIMS) -> list[SeedVerdict]:
+    """Every ``modadd`` claim of :data:`MEASURES` on every seed set it applies to; a variant's set
+    is judged only against a ``standard`` set of its backbone with the same seeds and epochs."""
+    out: list[SeedVerdict] = []
+    standards = {}
+    for _, c in sets:
+        if c.variant == "standard":
+            standards.setdefault((backbone_of(c), tuple(c.seeds), c.epochs), c)
+    for claim in (c for c in claims if c.measure in MEASURES and "modadd" in c.tasks):
+        if claim.measure == "stages":
+            out += [stages_verdict(claim, c) for _, c in sets if c.variant == claim.variant]
+            continue
+        family: dict[str, list[SeedVerdict]] = {}
+        for _, c in sets:
+            base = standards.get((backbone_of(c), tuple(c.seeds), c.epochs))
+            if c.variant == claim.variant and base is not None:
+                family.setdefault(backbone_of(c), []).append(learns_first_verdict(claim, c, base))
+        for found in family.values():
+            out += adjust(found)
+    return out
+
+
+def adjust(family: list[SeedVerdict]) -> list[SeedVerdict]:
+    """Holm over one claim's readings on one backbone, each side separately."""
+    tested = [v for v in family if v.p_for is not None]
+    p_for = stats.holm([v.p_for for v in tested])
+    p_against = stats.holm([v.p_against for v in tested])
+    adjusted = {id(v): stats.three_way(f, a, None) for v, f, a in zip(tested, p_for, p_against, strict=True)}
+    return [replace(v, adjusted=adjusted.get(id(v), v.verdict)) for v in family]
+
+
+def section(found: list[SeedVerdict]) -> list[str]:
+    """The report's lines for P5's claims judged from seed sets (nothing when there are none)."""
+    if not found:
+        return []
+    lines = [
+        "",
+        "### P5's claims, from the seed sets",
+        "",
+        "`stages`: the first plateau minus its rise over the epochs, mean [95% t interval] over the seeds "
+        "that end the rise; `learns_first`: among the seeds that learned first in one arm, the share "
+        "under the variant [exact 95%], by the paired sign test (launch/seed_verdicts.py). "
+        "`†` the claim's primary reading.",
+        "",
+        "| claim | backbone | reading | budget | n | statistic [95%] | verdict (Holm) | note |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for v in found:
+        value = "—" if v.value is None else f"{v.value:+.2f}" if v.claim.measure == "stages" else f"{v.value:.2f}"
+        interval = "" if v.low is None or math.isnan(v.low) else f" [{v.low:.2f}, {v.high:.2f}]"
+        adjusted = f" ({v.adjusted})" if v.adjusted and v.adjusted != v.verdict else ""
+        lines.append(
+            f"| `{v.claim.key}` | `{v.backbone}` | `{v.reading}`{' †' if v.primary else ''} | "
+            f"{v.epochs} epochs × {v.seeds} seeds | {v.n} | {value}{interval} | {v.verdict}{adjusted} | {v.note} |"
+        )
+    return lines
