@@ -26,7 +26,8 @@ class Claim:
     source: str  # P1 … P5
     statement: str
     variant: str  # the variant it is about (``standard`` for P5's dynamics)
-    measure: str  # final | monitor:<key> (at init, during, at the end) | time_to_target | stages | learns_first
+    # final | monitor:<key> (at init, during, at the end) | time_to_target | stages | learns_first
+    measure: str
     better: Better  # metric: the task's own direction; higher / lower: of the measure
     tasks: tuple[str, ...]  # the suite's tasks that test it at small scale
     experiment: str = "readings"  # conf/experiment/readings/<task>.yaml runs them

@@ -120,7 +120,7 @@ def learns_first_verdict(claim: Claim, curves: Curves, base: Curves) -> SeedVerd
     later = sum(b[1] and (not r[1] or b[0] < r[0]) for b, r in paired)
     p_faster, p_slower = sign_test([b for b, _ in paired], [r for _, r in paired])
     n = first + later
-    low, high = (binomtest(first, n).proportion_ci(0.95, method="exact") if n else (None, None))
+    low, high = binomtest(first, n).proportion_ci(0.95, method="exact") if n else (None, None)
     learned = (sum(r for _, r in arrivals(curves)), sum(r for _, r in arrivals(base)))
     note = (
         f"learned first here / in standard: {first} / {later}; learned by epoch {curves.epochs}: "
@@ -190,11 +190,13 @@ def section(found: list[SeedVerdict]) -> list[str]:
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for v in found:
-        value = "—" if v.value is None else f"{v.value:+.2f}" if v.claim.measure == "stages" else f"{v.value:.2f}"
+        signed = "+" if v.claim.measure == "stages" else ""
+        value = "—" if v.value is None else f"{v.value:{signed}.2f}"
         interval = "" if v.low is None or math.isnan(v.low) else f" [{v.low:.2f}, {v.high:.2f}]"
         adjusted = f" ({v.adjusted})" if v.adjusted and v.adjusted != v.verdict else ""
         lines.append(
             f"| `{v.claim.key}` | `{v.backbone}` | `{v.reading}`{' †' if v.primary else ''} | "
-            f"{v.epochs} epochs × {v.seeds} seeds | {v.n} | {value}{interval} | {v.verdict}{adjusted} | {v.note} |"
+            f"{v.epochs} epochs × {v.seeds} seeds | {v.n} | {value}{interval} | {v.verdict}{adjusted} "
+            f"| {v.note} |"
         )
     return lines
