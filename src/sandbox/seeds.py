@@ -208,6 +208,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import torch as _torch
 
     from launch.plan import compose
+    from src.engine.compatible import check_compatible
 
     parser = argparse.ArgumentParser(prog="python -m src.sandbox.seeds", description=__doc__.split("\n\n")[0])
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, as python -m src.run takes them")
@@ -224,6 +225,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"backbone={cfg.backbone.name} is not a sandbox (kind: modadd): "
                 "task=modadd or experiment=paper/p5"
             )
+        check_compatible(cfg)  # a variant the backbone does not take, as python -m src.run refuses it
         epochs = args.epochs or cfg.trainer.max_epochs
         if not epochs:
             raise ConfigError("no epochs: give --epochs or trainer.max_epochs")

@@ -83,6 +83,17 @@ def test_it_refuses_what_would_train_the_seeds_differently(tmp_path):
         train_seeds(cfg, [0], epochs=1)
 
 
+def test_a_variant_the_backbone_does_not_take_is_one_error_line(tmp_path, capsys):
+    """The reference sandbox has no W_V for cond_init: refused before anything is written."""
+    from src.sandbox.seeds import main
+
+    out = tmp_path / "set"
+    args = ["experiment=paper/p5", "reading=cond_init_per_head", "--epochs", "1", "--out", str(out)]
+    assert main(args) == 2
+    assert "error: attn=cond_init does not apply to backbone=sandbox" in capsys.readouterr().out
+    assert not out.exists()
+
+
 def test_seed_lists_and_ranges():
     assert parse_seeds("0-3") == [0, 1, 2, 3]
     assert parse_seeds("0,3,7") == [0, 3, 7]
