@@ -26,11 +26,14 @@ class Claim:
     source: str  # P1 … P5
     statement: str
     variant: str  # the variant it is about (``standard`` for P5's dynamics)
-    # final | monitor:<key> (at init, during, at the end) | time_to_target | stages | learns_first
+    # final | monitor:<key> (at init, during, at the end) | time_to_target | stages | learns_first |
+    # spike_curvature
     measure: str
     better: Better  # metric: the task's own direction; higher / lower: of the measure
     tasks: tuple[str, ...]  # the suite's tasks that test it at small scale
-    experiment: str = "readings"  # conf/experiment/readings/<task>.yaml runs them
+    experiment: str = (
+        "readings"  # what runs them: conf/experiment/<it>/ (readings: <task>.yaml), or a command
+    )
     paper: str = "—"  # the paper's number, as docs/methods.md quotes it
     # the smallest effect of interest δ, in the measure's units (accuracy as a fraction): an interval
     # inside ±δ says "no effect as large as the paper's" (*equivalent*). [reading] The paper's own
@@ -222,6 +225,18 @@ CLAIMS: list[Claim] = [
         "higher",
         MODADD,
         paper="seen in every figure; no number",
+    ),
+    Claim(
+        "P5-spikes",
+        "P5",
+        "loss spikes come from the curvature: a spike is a gradient step past 2/λ_max (P5's "
+        "associative memory under full-batch gradient descent, η = 10 against 1)",
+        "standard",
+        "spike_curvature",
+        "higher",
+        MODADD,
+        experiment="python -m src.sandbox.memory",
+        paper="seen in its figures; no number",
     ),
     # the suite's own question on P5's sandbox, one row per variant at its primary reading: does
     # conditioning shorten the plateau? No paper asks it, so no paper's number; judged from seed

@@ -342,10 +342,10 @@ def seed_sets(roots: list[Path]) -> tuple[list[str], dict[str, bytes]]:
     claims judged from them (:mod:`launch.seed_verdicts`)."""
     from src.sandbox.success import report_section
 
-    from .seed_verdicts import load_sets, section, seed_verdicts
+    from .seed_verdicts import load_memories, load_sets, section, seed_verdicts
 
     lines, pngs = report_section(roots)
-    return lines + section(seed_verdicts(load_sets(roots))), pngs
+    return lines + section(seed_verdicts(load_sets(roots), memories=load_memories(roots))), pngs
 
 
 def main(argv: list[str] | None = None) -> int:

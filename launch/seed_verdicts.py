@@ -19,12 +19,19 @@ A claim of :mod:`launch.claims` on ``modadd`` is judged here when its measure is
                   (one-sided 2.5%), *contradicted* when slower. The sign test has no margin: no
                   *equivalent*. The claim's readings on one backbone are a family, Holm-adjusted.
 
+``spike_curvature``  from a ``memory.json`` of ``python -m src.sandbox.memory`` (P5's associative
+                  memory under gradient descent), per learning rate with spikes: the share of the
+                  spike steps at which ``η·λ_max > 2`` [exact 95%] against that share among the
+                  other steps (the control), Fisher's exact test; *reproduced* when spikes are
+                  sharper than the control (one-sided 2.5%), *contradicted* when less so.
+
 The rows name the set's reading (:func:`launch.reading_files.match`, from the composed
 ``attn`` the set records) and which is the claim's primary.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from dataclasses import dataclass, replace
@@ -40,7 +47,7 @@ from .claims import CLAIMS, Claim
 from .reading_files import match
 from .time_to_quality import sign_test
 
-MEASURES = ("stages", "learns_first")
+MEASURES = ("stages", "learns_first", "spike_curvature")
 
 
 @dataclass(frozen=True)
@@ -81,6 +88,55 @@ def reading_of(curves: Curves) -> str:
 def load_sets(roots: list[Path]) -> list[tuple[Path, Curves]]:
     folders = sorted({p.parent for root in roots for p in Path(root).rglob("curves.json")})
     return [(f, Curves.load(f / "curves.json")) for f in folders]
+
+
+def load_memories(roots: list[Path]) -> list[tuple[Path, dict]]:
+    """Every ``memory.json`` (``python -m src.sandbox.memory``) under ``roots``."""
+    files = sorted({p for root in roots for p in Path(root).rglob("memory.json")})
+    return [(f.parent, json.loads(f.read_text())) for f in files]
+
+
+def spike_verdicts(claim: Claim, folder: Path, memory: dict) -> list[SeedVerdict]:
+    """One row per learning rate of one memory.json that had spikes (see the module docstring)."""
+    from scipy.stats import fisher_exact
+
+    out = []
+    for s in memory["statistics"]:
+        if not s["spikes"]:
+            continue
+        table = [
+            [s["spikes_sharp"], s["spikes"] - s["spikes_sharp"]],
+            [s["control_sharp"], s["control"] - s["control_sharp"]],
+        ]
+        p_for = fisher_exact(table, alternative="greater")[1]
+        p_against = fisher_exact(table, alternative="less")[1]
+        ci = binomtest(s["spikes_sharp"], s["spikes"]).proportion_ci(0.95, method="exact")
+        control = s["control_sharp"] / s["control"] if s["control"] else math.nan
+        quiet = [f"{o['lr']:g}" for o in memory["statistics"] if not o["spikes"]]
+        note = (
+            f"η = {s['lr']:g}: {s['seeds_with_spikes']} of {s['seeds']} seeds spike; control steps with "
+            f"η·λ_max > 2: {s['control_sharp']} of {s['control']} ({control:.0%}); median ‖∇‖ at a "
+            f"spike {s['spike_grad']:.3g}, elsewhere {s['control_grad']:.3g}"
+            + (f"; no spike at η = {', '.join(quiet)}" if quiet else "")
+        )
+        budget = memory.get("args", {})
+        out.append(
+            SeedVerdict(
+                claim,
+                "memory",
+                f"η = {s['lr']:g}, {budget.get('tokens', '?')} tokens",
+                s["spikes"],
+                s["spikes_sharp"] / s["spikes"],
+                ci.low,
+                ci.high,
+                float(p_for),
+                float(p_against),
+                note,
+                int(budget.get("steps", 0)),
+                s["seeds"],
+            )
+        )
+    return out
 
 
 def stages_verdict(claim: Claim, curves: Curves) -> SeedVerdict:
@@ -142,9 +198,14 @@ def learns_first_verdict(claim: Claim, curves: Curves, base: Curves) -> SeedVerd
     )
 
 
-def seed_verdicts(sets: list[tuple[Path, Curves]], claims: list[Claim] = CLAIMS) -> list[SeedVerdict]:
-    """Every ``modadd`` claim of :data:`MEASURES` on every seed set it applies to; a variant's set
-    is judged only against a ``standard`` set of its backbone with the same seeds and epochs."""
+def seed_verdicts(
+    sets: list[tuple[Path, Curves]],
+    claims: list[Claim] = CLAIMS,
+    memories: list[tuple[Path, dict]] = (),
+) -> list[SeedVerdict]:
+    """Every ``modadd`` claim of :data:`MEASURES` on every seed set (or memory.json) it applies to;
+    a variant's set is judged only against a ``standard`` set of its backbone with the same seeds
+    and epochs."""
     out: list[SeedVerdict] = []
     standards = {}
     for _, c in sets:
@@ -153,6 +214,9 @@ def seed_verdicts(sets: list[tuple[Path, Curves]], claims: list[Claim] = CLAIMS)
     for claim in (c for c in claims if c.measure in MEASURES and "modadd" in c.tasks):
         if claim.measure == "stages":
             out += [stages_verdict(claim, c) for _, c in sets if c.variant == claim.variant]
+            continue
+        if claim.measure == "spike_curvature":
+            out += [v for folder, m in memories for v in spike_verdicts(claim, folder, m)]
             continue
         family: dict[str, list[SeedVerdict]] = {}
         for _, c in sets:
@@ -179,12 +243,13 @@ def section(found: list[SeedVerdict]) -> list[str]:
         return []
     lines = [
         "",
-        "### P5's claims, from the seed sets",
+        "## P5's claims over seeds",
         "",
         "`stages`: the first plateau minus its rise over the epochs, mean [95% t interval] over the seeds "
         "that end the rise; `learns_first`: among the seeds that learned first in one arm, the share "
-        "under the variant [exact 95%], by the paired sign test (launch/seed_verdicts.py). "
-        "`†` the claim's primary reading.",
+        "under the variant [exact 95%], by the paired sign test; `spike_curvature`: the share of the "
+        "associative memory's spikes taken at η·λ_max > 2 [exact 95%] against the control steps', by "
+        "Fisher's exact test (launch/seed_verdicts.py). `†` the claim's primary reading.",
         "",
         "| claim | backbone | reading | budget | n | statistic [95%] | verdict (Holm) | note |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
@@ -196,7 +261,8 @@ def section(found: list[SeedVerdict]) -> list[str]:
         adjusted = f" ({v.adjusted})" if v.adjusted and v.adjusted != v.verdict else ""
         lines.append(
             f"| `{v.claim.key}` | `{v.backbone}` | `{v.reading}`{' †' if v.primary else ''} | "
-            f"{v.epochs} epochs × {v.seeds} seeds | {v.n} | {value}{interval} | {v.verdict}{adjusted} "
+            f"{v.epochs} {'steps' if v.backbone == 'memory' else 'epochs'} × {v.seeds} seeds | {v.n} | "
+            f"{value}{interval} | {v.verdict}{adjusted} "
             f"| {v.note} |"
         )
     return lines

@@ -174,7 +174,7 @@ def verdicts(
     out = []
     for claim in claims:
         margin = (margins or {}).get(claim.key, claim.margin)
-        if claim.measure == "learns_first":  # seed sets' measure (launch/seed_verdicts.py)
+        if claim.measure in ("learns_first", "spike_curvature"):  # launch/seed_verdicts.py judges them
             continue
         for task in claim.tasks:
             here = [r for r in readable if r.task == task]

@@ -3,6 +3,7 @@ a variant's readings, the reading a set matches, and the stages' one-sample verd
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -63,3 +64,32 @@ def test_the_stages_are_a_plateau_longer_than_the_rise_and_never_learners_are_ce
     (row,) = seed_verdicts([(Path("s"), standard)], claims("stages", "standard"))
     assert row.n == 3 and row.value > 0.3 and row.low > 0 and row.verdict == "reproduced"
     assert "3 of 4 seeds" in row.note and "1 never leave it (censored)" in row.note
+
+
+def test_spikes_sharper_than_the_control_steps_reproduce_the_curvature_claim(tmp_path):
+    """9 of 10 spikes past 2/λ against 5 of 100 control steps: Fisher's p far below 2.5%; the
+    learning rate without a spike gives no row, only a mention; the report prints the row."""
+    from launch.report import main as report
+    from launch.seed_verdicts import load_memories
+
+    def statistic(lr: float, spikes: int, sharp: int, control: int, control_sharp: int) -> dict:
+        return {
+            "lr": lr, "seeds": 20, "seeds_with_spikes": min(spikes, 20), "spikes": spikes,
+            "spikes_sharp": sharp, "control": control, "control_sharp": control_sharp,
+            "p_value": 0.0, "spike_grad": 0.2, "control_grad": 0.01,
+        }  # fmt: skip
+
+    folder = tmp_path / "memory"
+    folder.mkdir()
+    record = {
+        "args": {"steps": 35, "tokens": 3},
+        "statistics": [statistic(10, 10, 9, 100, 5), statistic(1, 0, 0, 700, 0)],
+    }
+    (folder / "memory.json").write_text(json.dumps(record))
+    (row,) = seed_verdicts([], claims("spike_curvature", "standard"), load_memories([tmp_path]))
+    assert (row.n, row.value, row.verdict) == (10, 0.9, "reproduced")
+    assert row.low == pytest.approx(binomtest(9, 10).proportion_ci(method="exact").low)
+    assert "no spike at η = 1" in row.note and "5 of 100 (5%)" in row.note
+    assert report([str(tmp_path), "--out", str(tmp_path / "report")]) == 0
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert "| `P5-spikes` | `memory` | `η = 10, 3 tokens` | 35 steps × 20 seeds | 10 | 0.90" in text
