@@ -67,29 +67,33 @@ def test_the_stages_are_a_plateau_longer_than_the_rise_and_never_learners_are_ce
 
 
 def test_spikes_sharper_than_the_control_steps_reproduce_the_curvature_claim(tmp_path):
-    """9 of 10 spikes past 2/λ against 5 of 100 control steps: Fisher's p far below 2.5%; the
-    learning rate without a spike gives no row, only a mention; the report prints the row."""
+    """Four seeds whose spikes are far more often past 2/λ than their other steps: the mean
+    difference over the seeds and its t interval above 0; the learning rate without a spike gives
+    no row, only a mention; the report prints the row."""
     from launch.report import main as report
     from launch.seed_verdicts import load_memories
+    from launch.stats import paired_test
 
-    def statistic(lr: float, spikes: int, sharp: int, control: int, control_sharp: int) -> dict:
+    def statistic(lr: float, spikes: int, sharp: int, control: int, control_sharp: int, diffs) -> dict:
         return {
-            "lr": lr, "seeds": 20, "seeds_with_spikes": min(spikes, 20), "spikes": spikes,
+            "lr": lr, "seeds": 20, "seeds_with_spikes": len(diffs), "spikes": spikes,
             "spikes_sharp": sharp, "control": control, "control_sharp": control_sharp,
-            "p_value": 0.0, "spike_grad": 0.2, "control_grad": 0.01,
+            "p_value": 0.0, "spike_grad": 0.2, "control_grad": 0.01, "seed_differences": diffs,
         }  # fmt: skip
 
+    diffs = [0.8, 0.9, 0.7, 0.85]
     folder = tmp_path / "memory"
     folder.mkdir()
     record = {
         "args": {"steps": 35, "tokens": 3},
-        "statistics": [statistic(10, 10, 9, 100, 5), statistic(1, 0, 0, 700, 0)],
+        "statistics": [statistic(10, 10, 9, 100, 5, diffs), statistic(1, 0, 0, 700, 0, [])],
     }
     (folder / "memory.json").write_text(json.dumps(record))
     (row,) = seed_verdicts([], claims("spike_curvature", "standard"), load_memories([tmp_path]))
-    assert (row.n, row.value, row.verdict) == (10, 0.9, "reproduced")
-    assert row.low == pytest.approx(binomtest(9, 10).proportion_ci(method="exact").low)
-    assert "no spike at η = 1" in row.note and "5 of 100 (5%)" in row.note
+    expected = paired_test(diffs)
+    assert (row.n, row.value, row.verdict) == (4, pytest.approx(0.8125), "reproduced")
+    assert (row.low, row.high) == pytest.approx((expected.low, expected.high))
+    assert "no spike at η = 1" in row.note and "control steps: 5 of 100 (5%)" in row.note
     assert report([str(tmp_path), "--out", str(tmp_path / "report")]) == 0
     text = (tmp_path / "report" / "report.md").read_text()
-    assert "| `P5-spikes` | `memory` | `η = 10, 3 tokens` | 35 steps × 20 seeds | 10 | 0.90" in text
+    assert "| `P5-spikes` | `memory` | `η = 10, 3 tokens` | 35 steps × 20 seeds | 4 | +0.81" in text

@@ -34,6 +34,7 @@ def test_a_spike_is_a_rise_of_the_loss_and_the_statistic_counts_steps_by_their_c
     s = spike_statistic([tr])
     assert (s.spikes, s.spikes_sharp, s.control, s.control_sharp) == (2, 2, 3, 0)
     assert s.spike_grad == 3 and s.control_grad == 3  # medians of (2, 4) and (1, 3, 5)
+    assert s.seed_differences == [1.0]  # this seed: 2 of 2 spikes sharp, 0 of 3 other steps
 
 
 def test_gradient_descent_updates_w_by_the_gradient():
