@@ -30,11 +30,14 @@ SMALL = [
 
 
 @pytest.mark.parametrize(
-    "model", [["attn=precond"], ["backbone=sandbox_multihead", "attn=spectral"]], ids=["sandbox", "multihead"]
+    "model",
+    [["attn=precond", "optim.mlp_lr_discount=10"], ["backbone=sandbox_multihead", "attn=spectral"]],
+    ids=["sandbox", "multihead"],
 )
 def test_a_seed_trained_with_others_ends_on_its_own_runs_weights(tmp_path, model):
     """Seed 3 beside seed 1 ends 3 epochs (24 Adam steps) on the weights and the accuracy of the
-    run ``seed=3`` through the shared loop: same init, same data, same batch order, own gradient.
+    run ``seed=3`` through the shared loop: same init, same data, same batch order, own gradient
+    (and, on the reference, the same feed-forward learning rate discount).
     (Not bit-identical: the run takes torch's fused attention, the stack the explicit softmax.)"""
     overrides = [*SMALL, *model]
     run_dir = tmp_path / "run"
@@ -159,3 +162,30 @@ def test_the_report_pairs_seed_sets_by_backbone_with_their_standard(tmp_path):
     # P5's claims from the sets: cond_init learned first in 8 of 8 (launch/seed_verdicts.py)
     assert "| `P5-cond_init` | `sandbox` |" in text and "| 8 | 1.00 [0.63, 1.00] | reproduced |" in text
     assert (tmp_path / "report" / "p5_success_sandbox.png").stat().st_size > 1000
+
+
+def test_the_feed_forward_discount_divides_its_learning_rate_and_keeps_timms_weight_decay_rule(tmp_path):
+    """P5's ``mlp_lr_discount``: every parameter under an ``mlp`` module at lr / r, the rest at lr;
+    biases and other 1-D parameters without weight decay, as timm's own groups; stacked names too."""
+    from hydra.utils import instantiate
+
+    from src.engine.loop.optim import build_optimizer, is_feed_forward
+
+    overrides = [
+        "task=modadd",
+        "backbone=sandbox_multihead",
+        "optim.mlp_lr_discount=4",
+        "optim.weight_decay=0.1",
+    ]
+    cfg = compose(overrides, tmp_path)
+    model = instantiate(cfg.backbone.model)
+    optimizer = build_optimizer(cfg.optim, model)
+    by_param = {id(p): g for g in optimizer.param_groups for p in g["params"]}
+    for name, p in model.named_parameters():
+        group = by_param[id(p)]
+        assert group["lr"] == pytest.approx(3e-3 / 4 if ".mlp." in name else 3e-3), name
+        assert group["weight_decay"] == (0.1 if p.ndim > 1 else 0.0), name
+    assert sum(".mlp." in n for n, _ in model.named_parameters()) > 0
+    assert is_feed_forward("blocks__0__mlp__fc1__weight") and not is_feed_forward("mlp_gate")
+    with pytest.raises(ConfigError, match="mlp_lr_discount=0"):
+        build_optimizer(compose(["task=modadd", "optim.mlp_lr_discount=0"], tmp_path).optim, model)
