@@ -41,7 +41,7 @@ from pathlib import Path
 from scipy.stats import binomtest
 
 from src.sandbox.curves import Curves, seed_table
-from src.sandbox.success import arrivals, backbone_of
+from src.sandbox.success import arrivals, backbone_of, setting
 
 from . import stats
 from .claims import CLAIMS, Claim
@@ -68,6 +68,7 @@ class SeedVerdict:
     epochs: int
     seeds: int
     adjusted: str = ""
+    folder: str = ""  # the set's folder (a grid's cell: its name)
 
     @property
     def verdict(self) -> str:
@@ -128,6 +129,7 @@ def spike_verdicts(claim: Claim, folder: Path, memory: dict) -> list[SeedVerdict
                 note,
                 int(budget.get("steps", 0)),
                 s["seeds"],
+                folder=folder.name,
             )
         )
     return out
@@ -198,25 +200,27 @@ def seed_verdicts(
     memories: list[tuple[Path, dict]] = (),
 ) -> list[SeedVerdict]:
     """Every ``modadd`` claim of :data:`MEASURES` on every seed set (or memory.json) it applies to;
-    a variant's set is judged only against a ``standard`` set of its backbone with the same seeds
-    and epochs."""
+    a variant's set is judged only against the ``standard`` set of its setting: the same overrides
+    but the variant's, the same seeds and epochs (:func:`src.sandbox.success.setting`)."""
     out: list[SeedVerdict] = []
-    standards = {}
-    for _, c in sets:
-        if c.variant == "standard":
-            standards.setdefault((backbone_of(c), tuple(c.seeds), c.epochs), c)
+    standards = {setting(c): c for _, c in sets if c.variant == "standard"}
     for claim in (c for c in claims if c.measure in MEASURES and "modadd" in c.tasks):
         if claim.measure == "stages":
-            out += [stages_verdict(claim, c) for _, c in sets if c.variant == claim.variant]
+            out += [
+                replace(stages_verdict(claim, c), folder=f.name)
+                for f, c in sets
+                if c.variant == claim.variant
+            ]
             continue
         if claim.measure == "spike_curvature":
             out += [v for folder, m in memories for v in spike_verdicts(claim, folder, m)]
             continue
         family: dict[str, list[SeedVerdict]] = {}
-        for _, c in sets:
-            base = standards.get((backbone_of(c), tuple(c.seeds), c.epochs))
+        for f, c in sets:
+            base = standards.get(setting(c))
             if c.variant == claim.variant and base is not None:
-                family.setdefault(backbone_of(c), []).append(learns_first_verdict(claim, c, base))
+                found = replace(learns_first_verdict(claim, c, base), folder=f.name)
+                family.setdefault(backbone_of(c), []).append(found)
         for found in family.values():
             out += adjust(found)
     return out
@@ -246,8 +250,8 @@ def section(found: list[SeedVerdict]) -> list[str]:
         "mean [95% t interval] over the seeds that spike (launch/seed_verdicts.py). `†` the claim's "
         "primary reading.",
         "",
-        "| claim | backbone | reading | budget | n | statistic [95%] | verdict (Holm) | note |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| claim | backbone | reading | set | budget | n | statistic [95%] | verdict (Holm) | note |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for v in found:
         signed = "+" if v.claim.measure in ("stages", "spike_curvature") else ""
@@ -255,7 +259,7 @@ def section(found: list[SeedVerdict]) -> list[str]:
         interval = "" if v.low is None or math.isnan(v.low) else f" [{v.low:.2f}, {v.high:.2f}]"
         adjusted = f" ({v.adjusted})" if v.adjusted and v.adjusted != v.verdict else ""
         lines.append(
-            f"| `{v.claim.key}` | `{v.backbone}` | `{v.reading}`{' †' if v.primary else ''} | "
+            f"| `{v.claim.key}` | `{v.backbone}` | `{v.reading}`{' †' if v.primary else ''} | {v.folder} | "
             f"{v.epochs} {'steps' if v.backbone == 'memory' else 'epochs'} × {v.seeds} seeds | {v.n} | "
             f"{value}{interval} | {v.verdict}{adjusted} "
             f"| {v.note} |"

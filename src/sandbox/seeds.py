@@ -201,44 +201,78 @@ def parse_seeds(text: str) -> list[int]:
     return out
 
 
+def cells(overrides: Sequence[str]) -> list[tuple[list[str], str]]:
+    """The grid ``overrides`` sweep (Hydra's ``key=a,b`` and the experiment's
+    ``hydra.sweeper.params``, expanded as ``python -m src.run -m`` would), one seed set per cell:
+    its overrides and its folder's name (the swept keys' ``key=value``; ``""`` for one cell)."""
+    from launch.plan import jobs
+
+    found = [o for o, _ in jobs(list(overrides))]  # every value as Hydra reads it: 3e-3 is 0.003
+    if len(found) == 1:
+        return [(found[0], "")]
+    swept = [i for i in range(len(found[0])) if len({cell[i] for cell in found}) > 1]
+    return [(cell, ",".join(cell[i] for i in swept).replace("/", "-")) for cell in found]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m src.sandbox.seeds [overrides…] --seeds 0-31 [--epochs N] --out DIR``."""
     import argparse
-
-    import torch as _torch
 
     from launch.plan import compose
     from src.engine.compatible import check_compatible
 
     parser = argparse.ArgumentParser(prog="python -m src.sandbox.seeds", description=__doc__.split("\n\n")[0])
-    parser.add_argument("overrides", nargs="*", help="Hydra overrides, as python -m src.run takes them")
+    parser.add_argument(
+        "overrides",
+        nargs="*",
+        help="Hydra overrides, as python -m src.run takes them; key=a,b sweeps: one seed set per cell",
+    )
     parser.add_argument("--seeds", default="0-31", help="a range 0-31 or a list 0,3,7 (default 0-31)")
     parser.add_argument("--epochs", type=int, default=None, help="default: the config's trainer.max_epochs")
     parser.add_argument(
-        "--out", type=Path, required=True, help="folder for curves.json, seeds.json, success.png"
+        "--out",
+        type=Path,
+        required=True,
+        help="folder for curves.json, seeds.json, success.png (a grid: one subfolder per cell)",
     )
     args = parser.parse_args(argv)
+    todo = []
     try:
-        cfg = compose(list(args.overrides))
-        if cfg.backbone.get("kind") != "modadd":
-            raise ConfigError(
-                f"backbone={cfg.backbone.name} is not a sandbox (kind: modadd): "
-                "task=modadd or experiment=paper/p5"
-            )
-        check_compatible(cfg)  # a variant the backbone does not take, as python -m src.run refuses it
-        epochs = args.epochs or cfg.trainer.max_epochs
-        if not epochs:
-            raise ConfigError("no epochs: give --epochs or trainer.max_epochs")
         seeds = parse_seeds(args.seeds)
-        args.out.mkdir(parents=True, exist_ok=True)
-        if (args.out / "curves.json").exists():
-            raise ConfigError(
-                f"{args.out / 'curves.json'} exists: give another --out (nothing is overwritten)"
-            )
+        grid = cells(args.overrides)
+        for overrides, name in grid:
+            cfg = compose(overrides)
+            if cfg.backbone.get("kind") != "modadd":
+                raise ConfigError(
+                    f"backbone={cfg.backbone.name} is not a sandbox (kind: modadd): "
+                    "task=modadd or experiment=paper/p5"
+                )
+            check_compatible(cfg)  # a variant the backbone does not take, as python -m src.run refuses it
+            epochs = args.epochs or cfg.trainer.max_epochs
+            if not epochs:
+                raise ConfigError("no epochs: give --epochs or trainer.max_epochs")
+            out = args.out / name if name else args.out
+            if (out / "curves.json").exists():
+                kept = Curves.load(out / "curves.json")
+                if len(grid) == 1 or kept.seeds != seeds or kept.epochs != epochs:
+                    raise ConfigError(
+                        f"{out / 'curves.json'} exists ({len(kept.seeds)} seeds × {kept.epochs} epochs): "
+                        "give another --out (nothing is overwritten)"
+                    )
+                print(f"{out}: trained already, kept")
+                continue
+            todo.append((overrides, cfg, epochs, out))
     except ConfigError as error:
         print(f"error: {error}")
         return 2
-    _torch.set_num_threads(int(cfg.trainer.get("threads") or 1))
+    for overrides, cfg, epochs, out in todo:
+        train_one(overrides, cfg, seeds, epochs, out)
+    return 0
+
+
+def train_one(overrides: list[str], cfg: DictConfig, seeds: list[int], epochs: int, out: Path) -> None:
+    """One seed set of the command: trained, then written to ``out``."""
+    torch.set_num_threads(int(cfg.trainer.get("threads") or 1))
 
     def progress(epoch: int, acc: Tensor) -> None:
         if epoch % max(1, epochs // 20) == 0 or epoch == epochs:
@@ -248,16 +282,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 flush=True,
             )
 
-    curves, _ = train_seeds(cfg, seeds, epochs, Path(cfg.paths.data_dir), args.overrides, progress)
-    curves.save(args.out / "curves.json")
-    (args.out / "seeds.json").write_text(json.dumps(seed_table(curves), indent=1))
-    draw_success({" ".join(args.overrides) or "default": curves}, args.out / "success.png")
+    curves, _ = train_seeds(cfg, seeds, epochs, Path(cfg.paths.data_dir), overrides, progress)
+    out.mkdir(parents=True, exist_ok=True)
+    curves.save(out / "curves.json")
+    (out / "seeds.json").write_text(json.dumps(seed_table(curves), indent=1))
+    draw_success({" ".join(overrides) or "default": curves}, out / "success.png")
     rate = success_by_epoch(curves)[-1]
     print(
         f"{rate:.0%} of {len(seeds)} seeds at ≥ {SUCCESS:.0%} after {epochs} epochs, "
-        f"in {curves.seconds:.0f} s: {args.out}"
+        f"in {curves.seconds:.0f} s: {out}"
     )
-    return 0
 
 
 if __name__ == "__main__":

@@ -146,15 +146,140 @@ def backbone_of(curves: Curves) -> str:
     return next((o.split("=", 1)[1] for o in curves.overrides if o.startswith("backbone=")), "sandbox")
 
 
+def setting(curves: Curves) -> tuple:
+    """What a set shares with the sets it is paired with: its overrides but the variant's, its
+    seeds and its epochs."""
+    kept = {}
+    for o in curves.overrides:
+        key, _, value = o.partition("=")
+        if key not in ("attn", "reading", "trainer.compile"):
+            kept[key] = _sortable(value)  # 3e-3 and 0.003 are one value
+    return tuple(sorted(kept.items())), tuple(curves.seeds), curves.epochs
+
+
 def is_standard(curves: Curves) -> bool:
     return curves.variant == "standard"
 
 
+#: overrides that tell variants apart, not cells of a hyper-parameter grid
+NOT_GRID = ("attn", "reading", "trainer.compile", "experiment")
+
+
+def grid_keys(sets: Sequence[Curves]) -> list[str]:
+    """The override keys whose values differ between ``sets`` (a grid's axes; the variant's keys
+    and the experiment left out), in the order the first set gives them."""
+    parsed = [dict(o.split("=", 1) for o in c.overrides if "=" in o) for c in sets]
+    keys = list(dict.fromkeys(k for p in parsed for k in p))
+    return [k for k in keys if k not in NOT_GRID and len({p.get(k) for p in parsed}) > 1]
+
+
+def grid_groups(sets: Sequence[Curves]) -> dict[str, tuple[list[Curves], list[str]]]:
+    """Per variant, its sets and the keys they form a grid over, where they do (3 sets or more,
+    one or two keys)."""
+    by_variant: dict[str, list[Curves]] = {}
+    for c in sets:
+        by_variant.setdefault(c.variant, []).append(c)
+    found = {}
+    for variant, group in by_variant.items():
+        keys = grid_keys(group)
+        if len(group) >= 3 and 1 <= len(keys) <= 2:
+            found[variant] = (group, keys)
+    return found
+
+
+def grid_sets(sets: Sequence[Curves]) -> list[Curves]:
+    return [c for group, _ in grid_groups(sets).values() for c in group]
+
+
+def grid_section(backbone: str, sets: Sequence[Curves]) -> tuple[list[str], dict[str, bytes]]:
+    """Where a backbone's sets of one variant form a grid over one or two keys (3 sets or more):
+    a table of each cell's success and epochs to learn, and the figure P5 draws of it (success
+    rate against the first key, one line per value of the second). Nothing otherwise."""
+    lines: list[str] = []
+    pngs: dict[str, bytes] = {}
+    for variant, (group, keys) in grid_groups(sets).items():
+        cells = []
+        for c in group:
+            given = dict(o.split("=", 1) for o in c.overrides if "=" in o)
+            (row,) = compare({"cell": c}, "cell")
+            cells.append(({k: given.get(k, "default") for k in keys}, row, c))
+        name = f"p5_grid_{backbone}_{variant}.png"
+        lines += [
+            "",
+            f"#### `{backbone}`, `{variant}`: success against {' × '.join(f'`{k}`' for k in keys)}",
+            "",
+            f"| {' | '.join(keys)} | seeds × epochs | learned [95%] | epochs to learn, KM median [95%] |",
+            "| " + " | ".join("---" for _ in keys) + " | --- | --- | --- |",
+        ]
+        for values, row, c in sorted(cells, key=lambda cell: [_sortable(v) for v in cell[0].values()]):
+            lines.append(
+                f"| {' | '.join(values.values())} | {row.seeds} × {c.epochs} | {row.learned} of {row.seeds} "
+                f"[{row.low:.0%}, {row.high:.0%}] | {row.median} |"
+            )
+        buffer = io.BytesIO()
+        draw_grid([(values, row) for values, row, _ in cells], keys, buffer)
+        pngs[name] = buffer.getvalue()
+        lines += ["", f"![success against {', '.join(keys)}]({name})"]
+    return lines, pngs
+
+
+def _sortable(value: str) -> tuple[int, float, str]:
+    try:
+        return (0, float(value), "")
+    except ValueError:
+        return (1, 0.0, value)
+
+
+def draw_grid(cells: Sequence[tuple[dict[str, str], Row]], keys: Sequence[str], path) -> None:
+    """Success rate [exact 95%] against ``keys[0]`` (log axis where its values are positive and span
+    a factor of 10), one line per value of ``keys[1]`` if any, as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    lines: dict[str, list[tuple[float | str, Row]]] = {}
+    for values, row in cells:
+        label = values[keys[1]] if len(keys) > 1 else ""
+        lines.setdefault(label, []).append((values[keys[0]], row))
+    numeric = all(_sortable(v)[0] == 0 for values, _ in cells for v in [values[keys[0]]])
+    fig, ax = plt.subplots(figsize=(5.6, 3.6), constrained_layout=True)
+    values = [float(v[keys[0]]) for v, _ in cells] if numeric else []
+    log = bool(values) and min(values) > 0 and max(values) / min(values) >= 10
+    for i, (label, points) in enumerate(sorted(lines.items(), key=lambda item: _sortable(item[0]))):
+        points.sort(key=lambda p: _sortable(p[0]))
+        dodge = 0.04 * (i - (len(lines) - 1) / 2)  # lines side by side, not on top of each other
+        xs = [float(x) for x, _ in points] if numeric else list(range(len(points)))
+        xs = [x * 10**dodge if log else x + dodge * (max(xs) - min(xs) or 1) for x in xs]
+        rates = [r.learned / r.seeds for _, r in points]
+        below = [rate - r.low for rate, (_, r) in zip(rates, points, strict=True)]
+        above = [r.high - rate for rate, (_, r) in zip(rates, points, strict=True)]
+        ax.errorbar(
+            xs,
+            rates,
+            yerr=[below, above],
+            marker="o",
+            capsize=3,
+            label=f"{keys[1]}={label}" if label else None,
+        )
+        if not numeric:
+            ax.set_xticks(xs, [x for x, _ in points])
+    if log:
+        ax.set_xscale("log")
+    ax.set(xlabel=keys[0], ylabel="seeds learned (≥ 95%)", ylim=(0, 1))
+    ax.grid(alpha=0.3)
+    if len(keys) > 1:
+        ax.legend(fontsize="small")
+    fig.savefig(path, dpi=110, format="png")
+    plt.close(fig)
+
+
 def report_section(roots: Sequence[Path]) -> tuple[list[str], dict[str, bytes]]:
     """For ``python -m launch.report``: every seed set (``curves.json``) under ``roots``, grouped by
-    backbone, each group's sets paired with its ``standard`` set (the group is skipped, and
-    said so, without one, or where a set's seeds or epochs differ); the Markdown lines and one
-    success-by-epoch PNG per group. Nothing when there is no seed set."""
+    backbone, each group's sets paired with its ``standard`` set of the same setting (the group is
+    skipped, and said so, without one; a set of another setting, seeds or epochs is named, not
+    paired), then any grid the sets form (:func:`grid_section`); the Markdown lines and the PNGs.
+    Nothing when there is no seed set."""
     found = sorted({p.parent for root in roots for p in Path(root).rglob("curves.json")})
     if not found:
         return [], {}
@@ -174,30 +299,43 @@ def report_section(roots: Sequence[Path]) -> tuple[list[str], dict[str, bytes]]:
     ]
     pngs: dict[str, bytes] = {}
     for backbone, sets in groups.items():
-        sets.sort(key=lambda s: not is_standard(s[1]))  # the standard set first: the baseline
         lines += ["", f"### `{backbone}`", ""]
-        if not is_standard(sets[0][1]):
+        standards = [s for s in sets if is_standard(s[1])]
+        if not standards:
             lines.append(f"No `standard` set of `{backbone}` to pair with: {len(sets)} set(s) not compared.")
             continue
-        base = sets[0][1]
-        paired = [s for s in sets if s[1].seeds == base.seeds and s[1].epochs == base.epochs]
-        named = dict(zip(names(paired), (c for _, c in paired), strict=True))
-        lines.append(table(compare(named, next(iter(named)))))
+        # the baseline: the standard set whose setting the most sets share (the variants' setting;
+        # a grid's other cells are drawn below)
+        base_folder, base = max(standards, key=lambda b: sum(setting(c) == setting(b[1]) for _, c in sets))
+        paired = [(base_folder, base)] + [
+            s for s in sets if setting(s[1]) == setting(base) and s[0] != base_folder
+        ]
+        grid = {id(c) for c in grid_sets([c for _, c in sets])}
         others = [
             f"`{folder}` ({len(c.seeds)} seeds × {c.epochs} epochs)"
             for folder, c in sets
-            if (folder, c) not in paired
+            if (folder, c) not in paired and id(c) not in grid
         ]
         if others:
             lines += [
+                f"Not paired with `{base_folder}` ({len(base.seeds)} seeds × {base.epochs} epochs), "
+                "another setting, seeds or epochs: " + ", ".join(others) + ".",
                 "",
-                f"Not paired with `{sets[0][0]}` ({len(base.seeds)} seeds × {base.epochs} epochs), "
-                "other seeds or epochs: " + ", ".join(others) + ".",
             ]
+        if len(paired) == 1 and id(base) in grid:  # a grid alone: nothing to pair, its table below
+            grid_lines, grid_pngs = grid_section(backbone, [c for _, c in sets])
+            lines += grid_lines
+            pngs.update(grid_pngs)
+            continue
+        named = dict(zip(names(paired), (c for _, c in paired), strict=True))
+        lines.append(table(compare(named, next(iter(named)))))
         buffer = io.BytesIO()
         draw_success(named, buffer)
         pngs[f"p5_success_{backbone}.png"] = buffer.getvalue()
         lines += ["", f"![success by epoch, {backbone}](p5_success_{backbone}.png)"]
+        grid_lines, grid_pngs = grid_section(backbone, [c for _, c in sets])
+        lines += grid_lines
+        pngs.update(grid_pngs)
     return lines, pngs
 
 

@@ -96,4 +96,4 @@ def test_spikes_sharper_than_the_control_steps_reproduce_the_curvature_claim(tmp
     assert "no spike at η = 1" in row.note and "control steps: 5 of 100 (5%)" in row.note
     assert report([str(tmp_path), "--out", str(tmp_path / "report")]) == 0
     text = (tmp_path / "report" / "report.md").read_text()
-    assert "| `P5-spikes` | `memory` | `η = 10, 3 tokens` | 35 steps × 20 seeds | 4 | +0.81" in text
+    assert "| `P5-spikes` | `memory` | `η = 10, 3 tokens` | memory | 35 steps × 20 seeds | 4 | +0.81" in text

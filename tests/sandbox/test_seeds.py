@@ -189,3 +189,42 @@ def test_the_feed_forward_discount_divides_its_learning_rate_and_keeps_timms_wei
     assert is_feed_forward("blocks__0__mlp__fc1__weight") and not is_feed_forward("mlp_gate")
     with pytest.raises(ConfigError, match="mlp_lr_discount=0"):
         build_optimizer(compose(["task=modadd", "optim.mlp_lr_discount=0"], tmp_path).optim, model)
+
+
+def test_a_sweep_trains_one_set_per_cell_and_the_report_draws_the_grid(tmp_path, capsys):
+    """``optim.lr=a,b,c`` gives three sets in folders named by the cell; a second call keeps them
+    (and refuses other seeds); the report tabulates the cells against the swept key, and pairs
+    a variant with the standard set of its own cell."""
+    from launch.report import main as report
+    from src.sandbox.seeds import cells, main
+
+    grid = cells(["experiment=paper/p5", "optim.lr=1e-3,3e-3,1e-2"])
+    assert [name for _, name in grid] == ["optim.lr=0.001", "optim.lr=0.003", "optim.lr=0.01"]
+    assert cells(["experiment=paper/p5", "optim.lr=3e-3"]) == [
+        (["experiment=paper/p5", "optim.lr=0.003"], "")
+    ]
+
+    args = [*SMALL[1:], "experiment=paper/p5", "optim.lr=1e-3,3e-3,1e-2", "--seeds", "0-1", "--epochs", "2"]
+    assert main([*args, "--out", str(tmp_path / "grid")]) == 0
+    assert sorted(p.name for p in (tmp_path / "grid").iterdir()) == [n for _, n in grid]
+    assert main([*args, "--out", str(tmp_path / "grid")]) == 0  # kept, not retrained
+    assert capsys.readouterr().out.count("trained already, kept") == 3
+    assert main([*args[:-3], "0-2", "--epochs", "2", "--out", str(tmp_path / "grid")]) == 2
+    variant = [
+        *SMALL[1:],
+        "experiment=paper/p5",
+        "optim.lr=3e-3",
+        "attn=precond",
+        "--seeds",
+        "0-1",
+        "--epochs",
+        "2",
+    ]
+    assert main([*variant, "--out", str(tmp_path / "precond")]) == 0
+
+    assert report([str(tmp_path), "--out", str(tmp_path / "report")]) == 0
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert "success against `optim.lr`" in text and "| 0.01 | 2 × 2 |" in text
+    assert (tmp_path / "report" / "p5_grid_sandbox_standard.png").stat().st_size > 1000
+    # precond (lr 3e-3) is paired with the standard cell of lr 3e-3, the other cells are the grid's
+    assert "attn=precond" in text and "Not paired" not in text
