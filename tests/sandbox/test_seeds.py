@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import compose
+from omegaconf import OmegaConf
 from scipy.stats import binomtest
 
 from src.engine import train
@@ -228,3 +229,26 @@ def test_a_sweep_trains_one_set_per_cell_and_the_report_draws_the_grid(tmp_path,
     assert (tmp_path / "report" / "p5_grid_sandbox_standard.png").stat().st_size > 1000
     # precond (lr 3e-3) is paired with the standard cell of lr 3e-3, the other cells are the grid's
     assert "attn=precond" in text and "Not paired" not in text
+
+
+@pytest.mark.parametrize(
+    "name, key, count",
+    [
+        ("lr", "optim.lr", 5),
+        ("batch", "task.batch_size", 5),
+        ("mlp_lr", "optim.mlp_lr_discount", 5),
+        ("ffn_dim", "backbone.model.ffn_dim", 5),
+        ("ffn_bias", "backbone.model.ffn_bias", 2),
+    ],
+)
+def test_p5s_ablations_sweep_one_key_at_p5s_recipe(name, key, count):
+    """Each experiment=paper/p5_<ablation> is P5's recipe with one key swept: its cells are the
+    values, and its last cell composes the recipe with that key's value."""
+    from launch.plan import compose as compose_cell
+    from src.sandbox.seeds import cells
+
+    grid = cells([f"experiment=paper/p5_{name}"])
+    assert len(grid) == count and all(n.startswith(f"{key}=") for _, n in grid)
+    cfg = compose_cell(grid[-1][0])
+    assert str(OmegaConf.select(cfg, key)).lower() == grid[-1][1].split("=", 1)[1].lower()
+    assert (cfg.trainer.max_epochs, cfg.optim.opt, cfg.backbone.model.num_embeddings) == (1000, "adam", 3)
