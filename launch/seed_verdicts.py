@@ -41,12 +41,11 @@ from pathlib import Path
 from scipy.stats import binomtest
 
 from src.sandbox.curves import Curves, seed_table
-from src.sandbox.success import arrivals, backbone_of, setting
+from src.sandbox.success import backbone_of, compare, setting
 
 from . import stats
 from .claims import CLAIMS, Claim
 from .reading_files import match
-from .time_to_quality import sign_test
 
 MEASURES = ("stages", "learns_first", "spike_curvature")
 
@@ -59,13 +58,13 @@ class SeedVerdict:
     backbone: str
     reading: str  # the conf/reading/ file the set matches, else its overrides
     n: int  # the seeds the statistic is over
-    value: float | None  # the mean (stages) or the variant's share of the first learners
+    value: float | None  # the mean (stages, spike_curvature) or the variant's share of the first learners
     low: float | None
     high: float | None
     p_for: float | None
     p_against: float | None
     note: str
-    epochs: int
+    epochs: int  # the budget: epochs of a seed set, steps of the memory
     seeds: int
     adjusted: str = ""
     folder: str = ""  # the set's folder (a grid's cell: its name)
@@ -166,28 +165,25 @@ def stages_verdict(claim: Claim, curves: Curves) -> SeedVerdict:
 
 
 def learns_first_verdict(claim: Claim, curves: Curves, base: Curves) -> SeedVerdict:
-    """One set of the claim's variant against its backbone's ``standard`` set, paired by seed."""
-    paired = list(zip(arrivals(base), arrivals(curves), strict=True))
-    first = sum(r[1] and (not b[1] or r[0] < b[0]) for b, r in paired)
-    later = sum(b[1] and (not r[1] or b[0] < r[0]) for b, r in paired)
-    p_faster, p_slower = sign_test([b for b, _ in paired], [r for _, r in paired])
-    n = first + later
-    low, high = binomtest(first, n).proportion_ci(0.95, method="exact") if n else (None, None)
-    learned = (sum(r for _, r in arrivals(curves)), sum(r for _, r in arrivals(base)))
+    """One set of the claim's variant against the ``standard`` set of its setting, paired by seed
+    (the counts and the sign test of :func:`src.sandbox.success.compare`)."""
+    standard, here = compare({"standard": base, "here": curves}, "standard")
+    n = here.faster + here.slower
+    low, high = binomtest(here.faster, n).proportion_ci(0.95, method="exact") if n else (None, None)
     note = (
-        f"learned first here / in standard: {first} / {later}; learned by epoch {curves.epochs}: "
-        f"{learned[0]} / {learned[1]} of {len(curves.seeds)}"
+        f"learned first here / in standard: {here.faster} / {here.slower}; learned by epoch "
+        f"{curves.epochs}: {here.learned} / {standard.learned} of {len(curves.seeds)}"
     )
     return SeedVerdict(
         claim,
         backbone_of(curves),
         reading_of(curves),
         n,
-        first / n if n else None,
+        here.faster / n if n else None,
         low,
         high,
-        p_faster if n else None,
-        p_slower if n else None,
+        here.p_faster if n else None,
+        here.p_slower if n else None,
         note,
         curves.epochs,
         len(curves.seeds),
