@@ -174,7 +174,7 @@ def grid_keys(sets: Sequence[Curves]) -> list[str]:
 
 
 def grid_groups(sets: Sequence[Curves]) -> dict[str, tuple[list[Curves], list[str]]]:
-    """Per variant, its sets and the keys they form a grid over, where they do (3 sets or more,
+    """Per variant, its sets and the keys they form a grid over, where they do (2 sets or more,
     one or two keys)."""
     by_variant: dict[str, list[Curves]] = {}
     for c in sets:
@@ -182,7 +182,7 @@ def grid_groups(sets: Sequence[Curves]) -> dict[str, tuple[list[Curves], list[st
     found = {}
     for variant, group in by_variant.items():
         keys = grid_keys(group)
-        if len(group) >= 3 and 1 <= len(keys) <= 2:
+        if len(group) >= 2 and 1 <= len(keys) <= 2:
             found[variant] = (group, keys)
     return found
 
@@ -192,7 +192,7 @@ def grid_sets(sets: Sequence[Curves]) -> list[Curves]:
 
 
 def grid_section(backbone: str, sets: Sequence[Curves]) -> tuple[list[str], dict[str, bytes]]:
-    """Where a backbone's sets of one variant form a grid over one or two keys (3 sets or more):
+    """Where a backbone's sets of one variant form a grid over one or two keys (2 sets or more):
     a table of each cell's success and epochs to learn, and the figure P5 draws of it (success
     rate against the first key, one line per value of the second). Nothing otherwise."""
     lines: list[str] = []
