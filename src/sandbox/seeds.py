@@ -30,6 +30,7 @@ import copy
 import json
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -88,6 +89,63 @@ def build_seed(cfg: DictConfig, seed: int, data_dir: Path) -> tuple[nn.Module, t
     return model, tuple(train.tensors), tuple(test.tensors)
 
 
+@dataclass
+class Stacked:
+    """Every seed's model as one functional model: parameters and data with a leading seed axis."""
+
+    base: nn.Module  # one seed's model on the meta device: the function every seed runs
+    trained: dict[str, Tensor]  # (S, …) each
+    fixed: dict[str, Tensor]  # parameters that do not train (S, …)
+    buffers: dict[str, Tensor]
+    x_train: Tensor  # (S, N, L)
+    y_train: Tensor  # (S, N)
+    x_test: Tensor  # (S, M, L)
+    y_test: Tensor  # (S, M)
+
+
+def stack_seeds(cfg: DictConfig, seeds: Sequence[int], data_dir: Path) -> Stacked:
+    """Each seed's model and data built as its own run builds them, stacked along the seed axis."""
+    from torch.func import stack_module_state
+
+    built = [build_seed(cfg, s, data_dir) for s in seeds]
+    models = [m.train() for m, _, _ in built]
+    for model in models:  # SDPA has no batching rule on CPU (vmap would loop over seeds): the
+        for module in model.modules():  # explicit softmax path, the same arithmetic
+            if hasattr(module, "fused_attn"):
+                module.fused_attn = False
+    params, buffers = stack_module_state(models)  # each (S, …)
+    frozen = {k for k, p in models[0].named_parameters() if not p.requires_grad}
+    return Stacked(
+        copy.deepcopy(models[0]).to("meta"),
+        {k: v for k, v in params.items() if k not in frozen},
+        {k: v for k, v in params.items() if k in frozen},
+        buffers,
+        *(torch.stack([b[part][i] for b in built]) for part, i in ((1, 0), (1, 1), (2, 0), (2, 1))),
+    )
+
+
+def stacked_functions(base: nn.Module, compile: bool) -> tuple[Callable, Callable]:
+    """The stacked step's loss (the sum of the seeds' mean cross-entropies: each seed's gradient
+    is its own) and the seeds' test accuracy and loss, each seed through ``base`` under vmap."""
+    from torch.func import functional_call
+
+    def seed_loss(p, b, x, y):  # one seed's mean cross-entropy
+        return F.cross_entropy(functional_call(base, (p, b), (x,)), y)
+
+    def seed_eval(p, b, x, y):  # one seed's test accuracy and loss
+        out = functional_call(base, (p, b), (x,))
+        return (out.argmax(-1) == y).float().mean(), F.cross_entropy(out, y)
+
+    every_seed = torch.vmap(seed_loss)
+
+    def total_loss(p, b, x, y):  # (S, B, L), (S, B) -> the sum of the seeds' losses
+        return every_seed(p, b, x, y).sum()
+
+    # trainer.compile: the stacked step through torch.compile (about 2.5× faster on the
+    # multi-head sandbox after ~20 s of compiling; the same arithmetic up to float rounding)
+    return (torch.compile(total_loss) if compile else total_loss), torch.vmap(seed_eval)
+
+
 def train_seeds(
     cfg: DictConfig,
     seeds: Sequence[int],
@@ -99,68 +157,37 @@ def train_seeds(
     """Train ``seeds`` of ``cfg``'s sandbox for ``epochs`` at once; the curves and the final
     stacked parameters (``params[name][i]``: seed ``seeds[i]``'s). ``on_epoch(epoch, acc)``
     is called after each epoch with the seeds' test accuracies ``(S,)``."""
-    from torch.func import functional_call, stack_module_state
-
     from src.engine.loop.data import epoch_order
     from src.engine.loop.optim import build_scheduler
 
     check_supported(cfg)
     if not seeds:
         raise ConfigError("no seeds to train: give seeds=0-31 (a range) or seeds=[0,3,7]")
-    built = [build_seed(cfg, s, data_dir) for s in seeds]
-    models = [m.train() for m, _, _ in built]
-    for model in models:  # SDPA has no batching rule on CPU (vmap would loop over seeds): the
-        for module in model.modules():  # explicit softmax path, the same arithmetic
-            if hasattr(module, "fused_attn"):
-                module.fused_attn = False
-    x_train = torch.stack([b[1][0] for b in built])  # (S, N, L)
-    y_train = torch.stack([b[1][1] for b in built])  # (S, N)
-    x_test = torch.stack([b[2][0] for b in built])  # (S, M, L)
-    y_test = torch.stack([b[2][1] for b in built])  # (S, M)
-    params, buffers = stack_module_state(models)  # each (S, …)
-    fixed = {k: v for k, v in params.items() if not dict(models[0].named_parameters())[k].requires_grad}
-    trained = {k: v for k, v in params.items() if k not in fixed}
-    base = copy.deepcopy(models[0]).to("meta")
+    seeds = list(seeds)
+    st = stack_seeds(cfg, seeds, data_dir)
 
-    def seed_loss(p, b, x, y):  # one seed's mean cross-entropy
-        return F.cross_entropy(functional_call(base, (p, b), (x,)), y)
-
-    def seed_eval(p, b, x, y):  # one seed's test accuracy and loss
-        out = functional_call(base, (p, b), (x,))
-        return (out.argmax(-1) == y).float().mean(), F.cross_entropy(out, y)
-
-    batch = int(cfg.task.batch_size)
-    n = x_train.shape[1]
+    batch, n = int(cfg.task.batch_size), st.x_train.shape[1]
     steps_per_epoch = n // batch
     if steps_per_epoch < 1:
         raise ConfigError(f"{n} training sequences make no batch of task.batch_size={batch}")
     holder = nn.Module()  # timm's factory wants a module: the stacked parameters, names flattened
-    for k, v in trained.items():
+    for k, v in st.trained.items():
         holder.register_parameter(k.replace(".", "__"), nn.Parameter(v))
-    trained = {k: getattr(holder, k.replace(".", "__")) for k in trained}
+    trained = {k: getattr(holder, k.replace(".", "__")) for k in st.trained}
     optimizer = _optimizer(cfg.optim, holder)
     scheduler = build_scheduler(cfg.sched, optimizer, epochs * steps_per_epoch, steps_per_epoch)
-    every_seed = torch.vmap(seed_loss)
-
-    def total_loss(p, b, x, y):  # (S, B, L), (S, B) -> the sum of the seeds' losses
-        return every_seed(p, b, x, y).sum()
-
-    # trainer.compile: the stacked step through torch.compile (about 2.5× faster on the
-    # multi-head sandbox after ~20 s of compiling; the same arithmetic up to float rounding)
-    step_loss = torch.compile(total_loss) if cfg.trainer.get("compile") else total_loss
-    evaluate = torch.vmap(seed_eval)
-    seeds = list(seeds)
-    curves = Curves(seeds, list(overrides), epochs, steps_per_epoch, int(x_test.shape[1]))
+    step_loss, evaluate = stacked_functions(st.base, bool(cfg.trainer.get("compile")))
+    curves = Curves(seeds, list(overrides), epochs, steps_per_epoch, int(st.x_test.shape[1]))
     curves.attn = OmegaConf.to_container(cfg.attn, resolve=True)
     accs, losses = [], []
     started, step = time.monotonic(), 0
     for epoch in range(epochs):
         order = torch.stack([epoch_order(n, s, epoch) for s in seeds])  # (S, N): each seed's own
-        xs = torch.gather(x_train, 1, order[..., None].expand_as(x_train))  # (S, N, L)
-        ys = torch.gather(y_train, 1, order)  # (S, N)
+        xs = torch.gather(st.x_train, 1, order[..., None].expand_as(st.x_train))  # (S, N, L)
+        ys = torch.gather(st.y_train, 1, order)  # (S, N)
         for j in range(steps_per_epoch):
             window = slice(j * batch, (j + 1) * batch)
-            loss = step_loss({**trained, **fixed}, buffers, xs[:, window], ys[:, window])
+            loss = step_loss({**trained, **st.fixed}, st.buffers, xs[:, window], ys[:, window])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
@@ -168,7 +195,7 @@ def train_seeds(
             if scheduler is not None:
                 scheduler.step_update(step)
         with torch.no_grad():
-            acc, test_loss = evaluate({**trained, **fixed}, buffers, x_test, y_test)  # (S,), (S,)
+            acc, test_loss = evaluate({**trained, **st.fixed}, st.buffers, st.x_test, st.y_test)  # (S,), (S,)
         accs.append(acc.tolist())
         losses.append(test_loss.tolist())
         if on_epoch is not None:
@@ -176,8 +203,7 @@ def train_seeds(
     curves.acc = [list(a) for a in zip(*accs, strict=True)]
     curves.loss = [list(v) for v in zip(*losses, strict=True)]
     curves.seconds = round(time.monotonic() - started, 1)
-    final = {k: v.detach().clone() for k, v in {**trained, **fixed}.items()}
-    return curves, final
+    return curves, {k: v.detach().clone() for k, v in {**trained, **st.fixed}.items()}
 
 
 def _optimizer(cfg: DictConfig, holder: nn.Module):
