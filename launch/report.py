@@ -340,12 +340,13 @@ def parse_margins(items: list[str]) -> dict[str, float]:
 def seed_sets(roots: list[Path]) -> tuple[list[str], dict[str, bytes]]:
     """P5's seed sets under ``roots`` (:func:`src.sandbox.success.report_section`), then P5's
     claims judged from them (:mod:`launch.seed_verdicts`)."""
-    from src.sandbox.success import report_section
+    from src.sandbox.success import load_sets, report_section
 
-    from .seed_verdicts import load_memories, load_sets, section, seed_verdicts
+    from .seed_verdicts import load_memories, section, seed_verdicts
 
-    lines, pngs = report_section(roots)
-    return lines + section(seed_verdicts(load_sets(roots), memories=load_memories(roots))), pngs
+    sets = load_sets(roots)
+    lines, pngs = report_section(sets)
+    return lines + section(seed_verdicts(sets, memories=load_memories(roots))), pngs
 
 
 def main(argv: list[str] | None = None) -> int:

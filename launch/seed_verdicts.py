@@ -86,11 +86,6 @@ def reading_of(curves: Curves) -> str:
     return found or " ".join(curves.overrides) or "—"
 
 
-def load_sets(roots: list[Path]) -> list[tuple[Path, Curves]]:
-    folders = sorted({p.parent for root in roots for p in Path(root).rglob("curves.json")})
-    return [(f, Curves.load(f / "curves.json")) for f in folders]
-
-
 def load_memories(roots: list[Path]) -> list[tuple[Path, dict]]:
     """Every ``memory.json`` (``python -m src.sandbox.memory``) under ``roots``."""
     files = sorted({p for root in roots for p in Path(root).rglob("memory.json")})

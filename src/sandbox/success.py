@@ -274,18 +274,19 @@ def draw_grid(cells: Sequence[tuple[dict[str, str], Row]], keys: Sequence[str], 
     plt.close(fig)
 
 
-def report_section(roots: Sequence[Path]) -> tuple[list[str], dict[str, bytes]]:
-    """For ``python -m launch.report``: every seed set (``curves.json``) under ``roots``, grouped by
-    backbone, each group's sets paired with its ``standard`` set of the same setting (the group is
-    skipped, and said so, without one; a set of another setting, seeds or epochs is named, not
-    paired), then any grid the sets form (:func:`grid_section`); the Markdown lines and the PNGs.
-    Nothing when there is no seed set."""
-    found = sorted({p.parent for root in roots for p in Path(root).rglob("curves.json")})
-    if not found:
+def load_sets(roots: Sequence[Path]) -> list[tuple[Path, Curves]]:
+    """Every seed set (a folder with a ``curves.json``) under ``roots``, loaded once."""
+    folders = sorted({p.parent for root in roots for p in Path(root).rglob("curves.json")})
+    return [(f, Curves.load(f / "curves.json")) for f in folders]
+
+
+def report_section(sets: Sequence[tuple[Path, Curves]]) -> tuple[list[str], dict[str, bytes]]:
+    """For ``python -m launch.report``: the seed sets (:func:`load_sets`) grouped by backbone
+    (:func:`backbone_section`); the Markdown lines and the PNGs. Nothing when there is no seed set."""
+    if not sets:
         return [], {}
     groups: dict[str, list[tuple[Path, Curves]]] = {}
-    for folder in found:
-        curves = Curves.load(folder / "curves.json")
+    for folder, curves in sets:
         groups.setdefault(backbone_of(curves), []).append((folder, curves))
     lines = [
         "",
@@ -298,45 +299,51 @@ def report_section(roots: Sequence[Path]) -> tuple[list[str], dict[str, bytes]]:
         "test and its verdict, raw and after Holm over the group (src/sandbox/success.py).",
     ]
     pngs: dict[str, bytes] = {}
-    for backbone, sets in groups.items():
-        lines += ["", f"### `{backbone}`", ""]
-        standards = [s for s in sets if is_standard(s[1])]
-        if not standards:
-            lines.append(f"No `standard` set of `{backbone}` to pair with: {len(sets)} set(s) not compared.")
-            continue
-        # the baseline: the standard set whose setting the most sets share (the variants' setting;
-        # a grid's other cells are drawn below)
-        base_folder, base = max(standards, key=lambda b: sum(setting(c) == setting(b[1]) for _, c in sets))
-        paired = [(base_folder, base)] + [
-            s for s in sets if setting(s[1]) == setting(base) and s[0] != base_folder
+    for backbone, group in groups.items():
+        more_lines, more_pngs = backbone_section(backbone, group)
+        lines += more_lines
+        pngs.update(more_pngs)
+    return lines, pngs
+
+
+def backbone_section(backbone: str, sets: list[tuple[Path, Curves]]) -> tuple[list[str], dict[str, bytes]]:
+    """One backbone's sets paired with its ``standard`` set of the same setting (said so, and
+    nothing compared, without one; a set of another setting, seeds or epochs is named, not
+    paired), with the success-by-epoch figure, then any grid the sets form (:func:`grid_section`)."""
+    lines = ["", f"### `{backbone}`", ""]
+    standards = [s for s in sets if is_standard(s[1])]
+    if not standards:
+        return lines + [
+            f"No `standard` set of `{backbone}` to pair with: {len(sets)} set(s) not compared."
+        ], {}
+    # the baseline: the standard set whose setting the most sets share (the variants' setting;
+    # a grid's other cells are drawn below)
+    base_folder, base = max(standards, key=lambda b: sum(setting(c) == setting(b[1]) for _, c in sets))
+    paired = [(base_folder, base)] + [
+        s for s in sets if setting(s[1]) == setting(base) and s[0] != base_folder
+    ]
+    grid = {id(c) for c in grid_sets([c for _, c in sets])}
+    others = [
+        f"`{folder}` ({len(c.seeds)} seeds × {c.epochs} epochs)"
+        for folder, c in sets
+        if (folder, c) not in paired and id(c) not in grid
+    ]
+    if others:
+        lines += [
+            f"Not paired with `{base_folder}` ({len(base.seeds)} seeds × {base.epochs} epochs), "
+            "another setting, seeds or epochs: " + ", ".join(others) + ".",
+            "",
         ]
-        grid = {id(c) for c in grid_sets([c for _, c in sets])}
-        others = [
-            f"`{folder}` ({len(c.seeds)} seeds × {c.epochs} epochs)"
-            for folder, c in sets
-            if (folder, c) not in paired and id(c) not in grid
-        ]
-        if others:
-            lines += [
-                f"Not paired with `{base_folder}` ({len(base.seeds)} seeds × {base.epochs} epochs), "
-                "another setting, seeds or epochs: " + ", ".join(others) + ".",
-                "",
-            ]
-        if len(paired) == 1 and id(base) in grid:  # a grid alone: nothing to pair, its table below
-            grid_lines, grid_pngs = grid_section(backbone, [c for _, c in sets])
-            lines += grid_lines
-            pngs.update(grid_pngs)
-            continue
+    pngs: dict[str, bytes] = {}
+    if len(paired) > 1 or id(base) not in grid:  # a grid alone has nothing to pair: its table below
         named = dict(zip(names(paired), (c for _, c in paired), strict=True))
         lines.append(table(compare(named, next(iter(named)))))
         buffer = io.BytesIO()
         draw_success(named, buffer)
         pngs[f"p5_success_{backbone}.png"] = buffer.getvalue()
         lines += ["", f"![success by epoch, {backbone}](p5_success_{backbone}.png)"]
-        grid_lines, grid_pngs = grid_section(backbone, [c for _, c in sets])
-        lines += grid_lines
-        pngs.update(grid_pngs)
-    return lines, pngs
+    grid_lines, grid_pngs = grid_section(backbone, [c for _, c in sets])
+    return lines + grid_lines, {**pngs, **grid_pngs}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
