@@ -141,19 +141,24 @@ def names(sets: list[tuple[Path, Curves]]) -> list[str]:
     return out
 
 
+def given(curves: Curves) -> dict[str, str]:
+    """The set's overrides as ``{key: value}`` (the last value where a key repeats)."""
+    return dict(o.split("=", 1) for o in curves.overrides if "=" in o)
+
+
 def backbone_of(curves: Curves) -> str:
     """The ``backbone=`` a set was trained with (``sandbox``, the task's default, when none)."""
-    return next((o.split("=", 1)[1] for o in curves.overrides if o.startswith("backbone=")), "sandbox")
+    return given(curves).get("backbone", "sandbox")
+
+
+#: the overrides that choose the variant (and ``trainer.compile``, which changes no arithmetic)
+VARIANT_KEYS = ("attn", "reading", "trainer.compile")
 
 
 def setting(curves: Curves) -> tuple:
     """What a set shares with the sets it is paired with: its overrides but the variant's, its
     seeds and its epochs."""
-    kept = {}
-    for o in curves.overrides:
-        key, _, value = o.partition("=")
-        if key not in ("attn", "reading", "trainer.compile"):
-            kept[key] = _sortable(value)  # 3e-3 and 0.003 are one value
+    kept = {k: _sortable(v) for k, v in given(curves).items() if k not in VARIANT_KEYS}  # 3e-3 is 0.003
     return tuple(sorted(kept.items())), tuple(curves.seeds), curves.epochs
 
 
@@ -162,13 +167,13 @@ def is_standard(curves: Curves) -> bool:
 
 
 #: overrides that tell variants apart, not cells of a hyper-parameter grid
-NOT_GRID = ("attn", "reading", "trainer.compile", "experiment")
+NOT_GRID = (*VARIANT_KEYS, "experiment")
 
 
 def grid_keys(sets: Sequence[Curves]) -> list[str]:
     """The override keys whose values differ between ``sets`` (a grid's axes; the variant's keys
     and the experiment left out), in the order the first set gives them."""
-    parsed = [dict(o.split("=", 1) for o in c.overrides if "=" in o) for c in sets]
+    parsed = [given(c) for c in sets]
     keys = list(dict.fromkeys(k for p in parsed for k in p))
     return [k for k in keys if k not in NOT_GRID and len({p.get(k) for p in parsed}) > 1]
 
@@ -200,9 +205,8 @@ def grid_section(backbone: str, sets: Sequence[Curves]) -> tuple[list[str], dict
     for variant, (group, keys) in grid_groups(sets).items():
         cells = []
         for c in group:
-            given = dict(o.split("=", 1) for o in c.overrides if "=" in o)
             (row,) = compare({"cell": c}, "cell")
-            cells.append(({k: given.get(k, "default") for k in keys}, row, c))
+            cells.append(({k: given(c).get(k, "default") for k in keys}, row, c))
         name = f"p5_grid_{backbone}_{variant}.png"
         lines += [
             "",
