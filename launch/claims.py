@@ -18,6 +18,10 @@ from typing import Literal
 Better = Literal["metric", "higher", "lower"]
 
 
+#: measures judged only from seed sets and memory runs (launch/seed_verdicts.py), never from records
+SEED_SET_MEASURES = ("learns_first", "spike_curvature", "clustering_first", "curriculum", "init_source")
+
+
 @dataclass(frozen=True)
 class Claim:
     """One testable statement of a paper."""
@@ -27,7 +31,7 @@ class Claim:
     statement: str
     variant: str  # the variant it is about (``standard`` for P5's dynamics)
     # final | monitor:<key> (at init, during, at the end) | time_to_target | stages | learns_first |
-    # spike_curvature
+    # spike_curvature | clustering_first | curriculum | init_source (SEED_SET_MEASURES)
     measure: str
     better: Better  # metric: the task's own direction; higher / lower: of the measure
     tasks: tuple[str, ...]  # the suite's tasks that test it at small scale
@@ -236,6 +240,43 @@ CLAIMS: list[Claim] = [
         "higher",
         MODADD,
         experiment="python -m src.sandbox.memory",
+        paper="seen in its figures; no number",
+    ),
+    Claim(
+        "P5-clustering",
+        "P5",
+        "the clustering head forms before the classifier fits: a seed's pooled token groups by the "
+        "partial sum before the seed learns",
+        "standard",
+        "clustering_first",
+        "higher",
+        MODADD,
+        experiment="paper/p5",
+        paper="seen in its figures; no number",
+    ),
+    Claim(
+        "P5-curriculum",
+        "P5",
+        "a curriculum helps: fine-tuned from the p = 2 model, p = 3 is learned sooner than from scratch "
+        "(P5's fine-tuning, its code's finetune.py)",
+        "standard",
+        "curriculum",
+        "lower",
+        MODADD,
+        experiment="paper/p5_curriculum",
+        paper="seen in its figures; no number",
+    ),
+    Claim(
+        "P5-init",
+        "P5",
+        "the initialization decides: started from a p = 2 model that learned, p = 3 is learned more "
+        "often than from one that did not ([reading] of P5's split of its runs into successes and "
+        "failures before fine-tuning)",
+        "standard",
+        "init_source",
+        "higher",
+        MODADD,
+        experiment="paper/p5_curriculum",
         paper="seen in its figures; no number",
     ),
     # the suite's own question on P5's sandbox, one row per variant at its primary reading: does

@@ -26,6 +26,23 @@ A claim of :mod:`launch.claims` on ``modadd`` is judged here when its measure is
                   *reproduced* when it is above 0 (one-sided 2.5%), *contradicted* below. The
                   note gives the pooled shares.
 
+``clustering_first``  on each ``standard`` set whose seeds were probed (``curves.clustering``):
+                  per seed that learned, the epoch its clustering head emerged (the end of the
+                  first rise of its η² by the partial sum, :func:`src.sandbox.stages.emergence`)
+                  against the epoch it learned; among the seeds where one came more than a probe
+                  interval before the other, the share where the head came first [exact 95%],
+                  the exact sign test; *reproduced* when first (one-sided 2.5%). Seeds that
+                  learned with no ended rise, and never-learners whose head formed, are counted
+                  in the note.
+``curriculum``    each set fine-tuned from another's weights (``--init-from``, P5's curriculum)
+                  against the set of the same setting trained from scratch, paired by seed: the
+                  counts and the sign test of ``learns_first``, the fine-tuned set in the
+                  variant's place.
+``init_source``   within a fine-tuned set: the share that learned among the seeds whose source
+                  seed had learned, minus the share among those whose source had not, with
+                  Newcombe's 95% interval (:func:`launch.stats.difference_interval`) and Fisher's
+                  exact test, one-sided each way; *reproduced* when higher.
+
 The rows name the set's reading (:func:`launch.reading_files.match`, from the composed
 ``attn`` the set records) and which is the claim's primary.
 """
@@ -38,16 +55,17 @@ import statistics
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from scipy.stats import binomtest
+from scipy.stats import binomtest, fisher_exact
 
-from src.sandbox.curves import Curves, seed_table
+from src.sandbox.curves import SUCCESS, Curves, first_success, seed_table
+from src.sandbox.stages import emergence
 from src.sandbox.success import backbone_of, compare, setting
 
 from . import stats
-from .claims import CLAIMS, Claim
+from .claims import CLAIMS, SEED_SET_MEASURES, Claim
 from .reading_files import match
 
-MEASURES = ("stages", "learns_first", "spike_curvature")
+MEASURES = ("stages", *SEED_SET_MEASURES)
 
 
 @dataclass(frozen=True)
@@ -185,6 +203,97 @@ def learns_first_verdict(claim: Claim, curves: Curves, base: Curves) -> SeedVerd
     )
 
 
+def share_verdict(claim: Claim, curves: Curves, first: int, second: int, note: str) -> SeedVerdict:
+    """A sign test: ``first`` of ``first + second`` discordant seeds on the claim's side."""
+    n = first + second
+    low, high = binomtest(first, n).proportion_ci(0.95, method="exact") if n else (None, None)
+    p_for = binomtest(first, n, alternative="greater").pvalue if n else None
+    p_against = binomtest(first, n, alternative="less").pvalue if n else None
+    return SeedVerdict(
+        claim,
+        backbone_of(curves),
+        reading_of(curves),
+        n,
+        first / n if n else None,
+        low,
+        high,
+        p_for,
+        p_against,
+        note,
+        curves.epochs,
+        len(curves.seeds),
+    )
+
+
+def clustering_verdict(claim: Claim, curves: Curves) -> SeedVerdict:
+    """Does each seed's clustering head form before it learns (see the module's docstring)?"""
+    epochs = curves.probe_epochs()
+    before = after = tied = bare = formed_unlearned = 0
+    for acc, series in zip(curves.acc, curves.clustering, strict=True):
+        learned, emerged = first_success(acc), emergence(epochs, series)
+        if learned is None:
+            formed_unlearned += emerged is not None
+        elif emerged is None:
+            bare += 1
+        elif abs(learned - emerged) <= curves.probe_every:
+            tied += 1  # within one probe interval: not ordered
+        else:
+            before += emerged < learned
+            after += emerged > learned
+    never = sum(first_success(acc) is None for acc in curves.acc)
+    note = (
+        f"head first / learned first: {before} / {after}; within a probe ({curves.probe_every} epochs): "
+        f"{tied}; learned with no ended rise: {bare}; of {never} that never learned, "
+        f"{formed_unlearned} formed a head"
+    )
+    return share_verdict(claim, curves, before, after, note)
+
+
+def curriculum_verdict(claim: Claim, curves: Curves, scratch: Curves) -> SeedVerdict:
+    """A fine-tuned set against its setting's set trained from scratch, paired by seed."""
+    base, here = compare({"scratch": scratch, "here": curves}, "scratch")
+    note = (
+        f"from {Path(curves.init_from or '').name} / from scratch, learned first: {here.faster} / "
+        f"{here.slower}; learned by epoch {curves.epochs}: {here.learned} / {base.learned} of "
+        f"{len(curves.seeds)}"
+    )
+    return share_verdict(claim, curves, here.faster, here.slower, note)
+
+
+def init_verdict(claim: Claim, curves: Curves) -> SeedVerdict:
+    """Within a fine-tuned set: learned p = 3 by the source seed's own success (see the docstring)."""
+    learned = [first_success(acc) is not None for acc in curves.acc]
+    source = [a >= SUCCESS for a in curves.init_acc or []]
+    good = [here for here, there in zip(learned, source, strict=True) if there]
+    bad = [here for here, there in zip(learned, source, strict=True) if not there]
+    note = (
+        f"learned from a source that learned: {sum(good)} of {len(good)}; from one that did not: "
+        f"{sum(bad)} of {len(bad)}"
+    )
+    if not good or not bad:
+        value = low = high = p_for = p_against = None
+    else:
+        value = sum(good) / len(good) - sum(bad) / len(bad)
+        low, high = stats.difference_interval(sum(good), len(good), sum(bad), len(bad))
+        table = [[sum(good), len(good) - sum(good)], [sum(bad), len(bad) - sum(bad)]]
+        p_for = fisher_exact(table, alternative="greater").pvalue
+        p_against = fisher_exact(table, alternative="less").pvalue
+    return SeedVerdict(
+        claim,
+        backbone_of(curves),
+        reading_of(curves),
+        len(learned) if source else 0,
+        value,
+        low,
+        high,
+        p_for,
+        p_against,
+        note,
+        curves.epochs,
+        len(curves.seeds),
+    )
+
+
 def seed_verdicts(
     sets: list[tuple[Path, Curves]],
     claims: list[Claim] = CLAIMS,
@@ -205,6 +314,27 @@ def seed_verdicts(
             continue
         if claim.measure == "spike_curvature":
             out += [v for folder, m in memories for v in spike_verdicts(claim, folder, m)]
+            continue
+        if claim.measure == "clustering_first":
+            out += [
+                replace(clustering_verdict(claim, c), folder=f.name)
+                for f, c in sets
+                if c.variant == claim.variant and c.probe_epochs()
+            ]
+            continue
+        if claim.measure == "init_source":
+            out += [
+                replace(init_verdict(claim, c), folder=f.name)
+                for f, c in sets
+                if c.variant == claim.variant and c.init_acc is not None
+            ]
+            continue
+        if claim.measure == "curriculum":
+            scratch = {(setting(c), c.variant): c for _, c in sets if not c.init_from}
+            for f, c in sets:
+                base = scratch.get((setting(c, init=False), c.variant))
+                if c.variant == claim.variant and c.init_from and base is not None:
+                    out.append(replace(curriculum_verdict(claim, c, base), folder=f.name))
             continue
         family: dict[str, list[SeedVerdict]] = {}
         for f, c in sets:
@@ -238,14 +368,18 @@ def section(found: list[SeedVerdict]) -> list[str]:
         "that end the rise; `learns_first`: among the seeds that learned first in one arm, the share "
         "under the variant [exact 95%], by the paired sign test; `spike_curvature`: per seed of the "
         "associative memory, the share of its spikes taken at η·λ_max > 2 minus its other steps' share, "
-        "mean [95% t interval] over the seeds that spike (launch/seed_verdicts.py). `†` the claim's "
-        "primary reading.",
+        "mean [95% t interval] over the seeds that spike; `clustering_first`: among the seeds whose head "
+        "formed and who learned at least a probe apart, the share whose head came first [exact 95%], by "
+        "the sign test; `curriculum`: `learns_first` with the fine-tuned set against the same seeds from "
+        "scratch; `init_source`: the share that learned from a source seed that had learned minus the "
+        "share from one that had not [Newcombe 95%], by Fisher's exact test (launch/seed_verdicts.py). "
+        "`†` the claim's primary reading.",
         "",
         "| claim | backbone | reading | set | budget | n | statistic [95%] | verdict (Holm) | note |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for v in found:
-        signed = "+" if v.claim.measure in ("stages", "spike_curvature") else ""
+        signed = "+" if v.claim.measure in ("stages", "spike_curvature", "init_source") else ""
         value = "—" if v.value is None else f"{v.value:{signed}.2f}"
         interval = "" if v.low is None or math.isnan(v.low) else f" [{v.low:.2f}, {v.high:.2f}]"
         adjusted = f" ({v.adjusted})" if v.adjusted and v.adjusted != v.verdict else ""

@@ -127,6 +127,19 @@ def three_way(p_for: float, p_against: float, p_equivalent: float | None, levels
     return "inconclusive"
 
 
+def difference_interval(k1: int, n1: int, k2: int, n2: int) -> tuple[float, float]:
+    """The 95% interval of ``k1/n1 − k2/n2`` by Newcombe's hybrid score method (each share's
+    Wilson interval, combined): it stays inside [−1, 1] and keeps its coverage at a few seeds,
+    where the normal approximation does not (Newcombe 1998, method 10)."""
+    from scipy.stats import binomtest
+
+    p1, p2 = k1 / n1, k2 / n2
+    l1, u1 = binomtest(k1, n1).proportion_ci(0.95, method="wilson")
+    l2, u2 = binomtest(k2, n2).proportion_ci(0.95, method="wilson")
+    d = p1 - p2
+    return d - math.hypot(p1 - l1, u2 - p2), d + math.hypot(u1 - p1, p2 - l2)
+
+
 def holm(p_values: list[float]) -> list[float]:
     """Holm's step-down adjusted p-values (same order as given; capped at 1, monotone)."""
     order = sorted(range(len(p_values)), key=lambda i: p_values[i])

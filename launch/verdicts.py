@@ -48,7 +48,7 @@ from src.sandbox.stages import stages as curve_stages
 
 from . import reading_files, stats
 from . import time_to_quality as ttq
-from .claims import CHECKED_BY_TESTS, CLAIMS, Claim
+from .claims import CHECKED_BY_TESTS, CLAIMS, SEED_SET_MEASURES, Claim
 from .records import Run, options
 from .results import fmt
 
@@ -174,7 +174,7 @@ def verdicts(
     out = []
     for claim in claims:
         margin = (margins or {}).get(claim.key, claim.margin)
-        if claim.measure in ("learns_first", "spike_curvature"):  # launch/seed_verdicts.py judges them
+        if claim.measure in SEED_SET_MEASURES:  # launch/seed_verdicts.py judges them
             continue
         for task in claim.tasks:
             here = [r for r in readable if r.task == task]

@@ -18,8 +18,8 @@ layer make that measurable on any sandbox snapshot (:class:`src.sandbox.snapshot
 The pooled output is the reference model's ``attention output`` cloud; for the multi-head
 sandbox, the query token's state after the block (``block<i>[:, 0]``): heads are mixed there by
 the block's projection, so its clustering is per layer, its focus per head. When the head
-emerges over training: :func:`emergence`, the end of the first rise of the clustering series,
-found by the threshold-free segmentation of :mod:`src.sandbox.stages`.
+emerges over training: :func:`src.sandbox.stages.emergence`, the end of the first rise of the
+clustering series, found by the threshold-free segmentation of that module.
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ import torch
 from torch import Tensor, nn
 
 from .snapshot import Snapshot, snapshot_path, snapshot_steps, take_snapshot
-from .stages import stages
 
 
 def correlation_ratio(points: np.ndarray, groups: np.ndarray) -> float:
@@ -90,11 +89,27 @@ def clustering_series(sandbox_dir: Path) -> tuple[list[int], dict[str, list[floa
     return steps, series
 
 
-def emergence(steps: list[float] | np.ndarray, clustering: list[float] | np.ndarray) -> float | None:
-    """The step a clustering head has emerged: the end of the first rise of its clustering series
-    (``None`` if it never rises, or is still rising at the last snapshot: censored)."""
-    found = stages(steps, clustering)
-    rises = [p for p in found.phases if p.kind == "rise"]
-    if not rises or (found.rise_censored and rises[0] is found.phases[-1]):
-        return None
-    return rises[0].end
+def last_layer(found: dict[str, float]) -> tuple[float, float]:
+    """The last attention layer's clustering and its heads' largest focus, from :func:`clustering_heads`."""
+    layers = list(dict.fromkeys(key.split("/")[1] for key in found))
+    last = next(layer for layer in reversed(layers) if f"cluster/{layer}/clustering" in found)
+    heads = [v for key, v in found.items() if key.startswith(f"cluster/{last}/focus/")]
+    return found[f"cluster/{last}/clustering"], max(heads)
+
+
+def probe_seeds(
+    model: nn.Module, state: dict[str, Tensor], x: Tensor, k: int
+) -> tuple[list[float], list[float]]:
+    """Each seed's clustering head, for seeds trained as one stacked model
+    (:mod:`src.sandbox.seeds`): seed ``i``'s weights ``{name: state[name][i]}`` loaded into
+    ``model`` (one seed's module, the same architecture), traced on its probe ``x[i] (B, L)``;
+    per seed, :func:`last_layer`'s clustering and focus. ``model``'s own weights are overwritten."""
+    clustering, focus = [], []
+    kept = model.state_dict().keys()  # not the buffers a module keeps out of its state
+    with torch.no_grad():
+        for i in range(x.shape[0]):
+            model.load_state_dict({name: state[name][i] for name in kept})
+            c, f = last_layer(clustering_head(model, x[i], k))
+            clustering.append(c)
+            focus.append(f)
+    return clustering, focus

@@ -11,7 +11,7 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from src.errors import ConfigError
@@ -31,6 +31,16 @@ class Curves:
     loss: list[list[float]] = field(default_factory=list)
     seconds: float = 0.0
     attn: dict = field(default_factory=dict)  # the composed ``cfg.attn`` (its variant and options)
+    # P5's clustering head every ``probe_every`` epochs (``[s][j]``: after epoch ``(j + 1) × probe_every``):
+    # the last attention layer's η² by the partial sum, and its heads' largest focus
+    # (src/sandbox/clustering.py); empty where the set was trained without probes
+    probe_every: int = 0
+    clustering: list[list[float]] = field(default_factory=list)
+    focus: list[list[float]] = field(default_factory=list)
+    # a set fine-tuned from another's final weights (``--init-from``, P5's curriculum): that
+    # set's folder and its seeds' final test accuracy there (the initialization's own success)
+    init_from: str | None = None
+    init_acc: list[float] | None = None
 
     @property
     def variant(self) -> str:
@@ -49,17 +59,20 @@ class Curves:
         """The same seeds read only to ``epochs`` (a common budget for sets trained longer)."""
         if not 1 <= epochs <= self.epochs:
             raise ConfigError(f"--epochs {epochs}: these seeds trained {self.epochs} epochs")
-        return Curves(
-            self.seeds,
-            self.overrides,
-            epochs,
-            self.steps_per_epoch,
-            self.test_size,
-            [a[:epochs] for a in self.acc],
-            [v[:epochs] for v in self.loss],
-            self.seconds,
-            self.attn,
+        probes = epochs // self.probe_every if self.probe_every else 0
+        return replace(
+            self,
+            epochs=epochs,
+            acc=[a[:epochs] for a in self.acc],
+            loss=[v[:epochs] for v in self.loss],
+            clustering=[row[:probes] for row in self.clustering],
+            focus=[row[:probes] for row in self.focus],
         )
+
+    def probe_epochs(self) -> list[int]:
+        """The epochs the clustering probes were taken after."""
+        taken = len(self.clustering[0]) if self.clustering else 0
+        return [(j + 1) * self.probe_every for j in range(taken)]
 
     @classmethod
     def load(cls, path: Path) -> Curves:

@@ -6,7 +6,7 @@ P5's findings are rates over seeds (how many seeds learn, and when), and its mod
 model instead: each seed's model is built exactly as ``python -m src.run … seed=s`` builds
 it (same config, same :func:`~src.engine.loop.seeding.seed_everything`, same
 :func:`~src.engine.loop.model.build_model`, the variant applied), its parameters are stacked
-along a leading seed axis (:func:`torch.func.stack_module_state`), and one step runs every
+along a leading seed axis (:mod:`src.sandbox.stacked`), and one step runs every
 seed's forward pass under :func:`torch.vmap` on its own batch, drawn in the order the shared
 loop draws it (:func:`~src.engine.loop.data.epoch_order` of the seed). The loss is the sum of
 the seeds' losses, so each seed's gradient is its own; Adam (and any optimizer that acts on
@@ -19,28 +19,30 @@ What it does not do, and refuses: weight decay (timm leaves 1-D parameters out o
 stacking turns 2-D), gradient clipping (a norm per seed), accumulation, precision other than
 fp32. Those runs go through ``python -m src.run -m … seed=…`` as any sweep.
 
-Its output is the test accuracy and loss of every seed after every epoch (:class:`Curves`),
+Its output is the test accuracy and loss of every seed after every epoch (:class:`Curves`), and
+every 5 epochs each seed's clustering head (P5's circuit: :mod:`src.sandbox.clustering`),
 written by ``python -m src.sandbox.seeds`` to ``curves.json`` with the success-by-epoch
-figure; :mod:`src.sandbox.success` reads them.
+figure and the seeds' final weights (``weights.safetensors``); :mod:`src.sandbox.success` and
+:mod:`launch.seed_verdicts` read them. ``--init-from DIR`` starts every seed from its final
+weights in another set (P5's fine-tuning from p = 2 to p = 3, its curriculum).
 """
 
 from __future__ import annotations
 
-import copy
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 
 from src.errors import ConfigError
 
-from .curves import SUCCESS, Curves, draw_success, seed_table, success_by_epoch
+from .clustering import probe_seeds
+from .curves import STAGE_EVERY, SUCCESS, Curves, draw_success, seed_table, success_by_epoch
+from .stacked import WEIGHTS, load_weights, save_weights, stack_seeds, stacked_functions, start_from
 
 
 def check_supported(cfg: DictConfig) -> None:
@@ -64,88 +66,6 @@ def check_supported(cfg: DictConfig) -> None:
         )
 
 
-def seed_config(cfg: DictConfig, seed: int) -> DictConfig:
-    """``cfg`` as ``seed=<seed>`` composes it (``task.data_seed`` follows ``${seed}``)."""
-    out = copy.deepcopy(cfg)
-    OmegaConf.set_struct(out, False)
-    out.seed = seed
-    return out
-
-
-def build_seed(cfg: DictConfig, seed: int, data_dir: Path) -> tuple[nn.Module, tuple, tuple]:
-    """Seed ``seed``'s model, training set and test set, as the shared loop builds them."""
-    from hydra.utils import instantiate
-
-    from src import attention
-    from src.engine.loop.model import build_model
-    from src.engine.loop.seeding import seed_everything
-
-    cfg = seed_config(cfg, seed)
-    task = instantiate(cfg.task)
-    seed_everything(seed)  # where train_session seeds: after the task, before its data and model
-    train, test = task.datasets(Path(data_dir))
-    model = build_model(cfg, task, attention.variant_from_config(cfg.attn))
-    task.prepare_model(model)
-    return model, tuple(train.tensors), tuple(test.tensors)
-
-
-@dataclass
-class Stacked:
-    """Every seed's model as one functional model: parameters and data with a leading seed axis."""
-
-    base: nn.Module  # one seed's model on the meta device: the function every seed runs
-    trained: dict[str, Tensor]  # (S, …) each
-    fixed: dict[str, Tensor]  # parameters that do not train (S, …)
-    buffers: dict[str, Tensor]
-    x_train: Tensor  # (S, N, L)
-    y_train: Tensor  # (S, N)
-    x_test: Tensor  # (S, M, L)
-    y_test: Tensor  # (S, M)
-
-
-def stack_seeds(cfg: DictConfig, seeds: Sequence[int], data_dir: Path) -> Stacked:
-    """Each seed's model and data built as its own run builds them, stacked along the seed axis."""
-    from torch.func import stack_module_state
-
-    built = [build_seed(cfg, s, data_dir) for s in seeds]
-    models = [m.train() for m, _, _ in built]
-    for model in models:  # SDPA has no batching rule on CPU (vmap would loop over seeds): the
-        for module in model.modules():  # explicit softmax path, the same arithmetic
-            if hasattr(module, "fused_attn"):
-                module.fused_attn = False
-    params, buffers = stack_module_state(models)  # each (S, …)
-    frozen = {k for k, p in models[0].named_parameters() if not p.requires_grad}
-    return Stacked(
-        copy.deepcopy(models[0]).to("meta"),
-        {k: v for k, v in params.items() if k not in frozen},
-        {k: v for k, v in params.items() if k in frozen},
-        buffers,
-        *(torch.stack([b[part][i] for b in built]) for part, i in ((1, 0), (1, 1), (2, 0), (2, 1))),
-    )
-
-
-def stacked_functions(base: nn.Module, compile: bool) -> tuple[Callable, Callable]:
-    """The stacked step's loss (the sum of the seeds' mean cross-entropies: each seed's gradient
-    is its own) and the seeds' test accuracy and loss, each seed through ``base`` under vmap."""
-    from torch.func import functional_call
-
-    def seed_loss(p, b, x, y):  # one seed's mean cross-entropy
-        return F.cross_entropy(functional_call(base, (p, b), (x,)), y)
-
-    def seed_eval(p, b, x, y):  # one seed's test accuracy and loss
-        out = functional_call(base, (p, b), (x,))
-        return (out.argmax(-1) == y).float().mean(), F.cross_entropy(out, y)
-
-    every_seed = torch.vmap(seed_loss)
-
-    def total_loss(p, b, x, y):  # (S, B, L), (S, B) -> the sum of the seeds' losses
-        return every_seed(p, b, x, y).sum()
-
-    # trainer.compile: the stacked step through torch.compile (about 2.5× faster on the
-    # multi-head sandbox after ~20 s of compiling; the same arithmetic up to float rounding)
-    return (torch.compile(total_loss) if compile else total_loss), torch.vmap(seed_eval)
-
-
 def train_seeds(
     cfg: DictConfig,
     seeds: Sequence[int],
@@ -153,10 +73,18 @@ def train_seeds(
     data_dir: Path = Path("."),
     overrides: Sequence[str] = (),
     on_epoch: Callable[[int, Tensor], None] | None = None,
+    init: dict[str, Tensor] | None = None,
+    probe_every: int = STAGE_EVERY,
 ) -> tuple[Curves, dict[str, Tensor]]:
     """Train ``seeds`` of ``cfg``'s sandbox for ``epochs`` at once; the curves and the final
-    stacked parameters (``params[name][i]``: seed ``seeds[i]``'s). ``on_epoch(epoch, acc)``
-    is called after each epoch with the seeds' test accuracies ``(S,)``."""
+    stacked weights (``state[name][i]``: seed ``seeds[i]``'s parameters and buffers).
+    ``on_epoch(epoch, acc)`` is called after each epoch with the seeds' test accuracies ``(S,)``.
+
+    ``init``: stacked weights to start from instead of each seed's initialization (another set's
+    final ``state``, same seeds and architecture: P5's fine-tuning, its curriculum from p = 2 to
+    p = 3); the optimizer starts afresh, as P5's fine-tuning does. Every ``probe_every`` epochs
+    (0: never) each seed's clustering head is measured on the first ``task.sandbox.probe_size``
+    test sequences (:func:`src.sandbox.clustering.probe_seeds`)."""
     from src.engine.loop.data import epoch_order
     from src.engine.loop.optim import build_scheduler
 
@@ -165,6 +93,8 @@ def train_seeds(
         raise ConfigError("no seeds to train: give seeds=0-31 (a range) or seeds=[0,3,7]")
     seeds = list(seeds)
     st = stack_seeds(cfg, seeds, data_dir)
+    if init is not None:
+        start_from(st, init)
 
     batch, n = int(cfg.task.batch_size), st.x_train.shape[1]
     steps_per_epoch = n // batch
@@ -179,6 +109,9 @@ def train_seeds(
     step_loss, evaluate = stacked_functions(st.base, bool(cfg.trainer.get("compile")))
     curves = Curves(seeds, list(overrides), epochs, steps_per_epoch, int(st.x_test.shape[1]))
     curves.attn = OmegaConf.to_container(cfg.attn, resolve=True)
+    curves.probe_every = probe_every
+    curves.clustering, curves.focus = [[] for _ in seeds], [[] for _ in seeds]
+    probe_x = st.x_test[:, : int(cfg.task.get("sandbox", {}).get("probe_size", 512))]  # (S, B, L)
     accs, losses = [], []
     started, step = time.monotonic(), 0
     for epoch in range(epochs):
@@ -196,14 +129,22 @@ def train_seeds(
                 scheduler.step_update(step)
         with torch.no_grad():
             acc, test_loss = evaluate({**trained, **st.fixed}, st.buffers, st.x_test, st.y_test)  # (S,), (S,)
+            if probe_every and (epoch + 1) % probe_every == 0:
+                found = probe_seeds(st.live, {**trained, **st.fixed, **st.buffers}, probe_x, int(cfg.task.k))
+                for rows, values in zip((curves.clustering, curves.focus), found, strict=True):
+                    for row, value in zip(rows, values, strict=True):
+                        row.append(value)
         accs.append(acc.tolist())
         losses.append(test_loss.tolist())
         if on_epoch is not None:
             on_epoch(epoch + 1, acc)
+    if not any(curves.clustering):  # fewer epochs than probe_every: no probe taken
+        curves.clustering, curves.focus = [], []
     curves.acc = [list(a) for a in zip(*accs, strict=True)]
     curves.loss = [list(v) for v in zip(*losses, strict=True)]
     curves.seconds = round(time.monotonic() - started, 1)
-    return curves, {k: v.detach().clone() for k, v in {**trained, **st.fixed}.items()}
+    every = {**trained, **st.fixed, **st.buffers}
+    return curves, {k: every[k].detach().clone() for k in st.live.state_dict()}  # what a checkpoint keeps
 
 
 def _optimizer(cfg: DictConfig, holder: nn.Module):
@@ -259,12 +200,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--out",
         type=Path,
         required=True,
-        help="folder for curves.json, seeds.json, success.png (a grid: one subfolder per cell)",
+        help="folder for curves.json, seeds.json, success.png, weights.safetensors (a grid: one per cell)",
+    )
+    parser.add_argument(
+        "--init-from",
+        type=Path,
+        default=None,
+        help="start each seed from its final weights in this set's folder (P5's fine-tuning: its curriculum)",
+    )
+    parser.add_argument(
+        "--probe-every",
+        type=int,
+        default=STAGE_EVERY,
+        help=f"epochs between clustering-head probes (default {STAGE_EVERY}; 0: none)",
     )
     args = parser.parse_args(argv)
     todo = []
     try:
         seeds = parse_seeds(args.seeds)
+        init = None if args.init_from is None else load_weights(args.init_from, seeds)
         grid = cells(args.overrides)
         for overrides, name in grid:
             cfg = compose(overrides)
@@ -292,12 +246,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {error}")
         return 2
     for overrides, cfg, epochs, out in todo:
-        train_one(overrides, cfg, seeds, epochs, out)
+        try:
+            train_one(overrides, cfg, seeds, epochs, out, init, args.init_from, args.probe_every)
+        except ConfigError as error:  # weights of another architecture: found once the model is built
+            print(f"error: {error}")
+            return 2
     return 0
 
 
-def train_one(overrides: list[str], cfg: DictConfig, seeds: list[int], epochs: int, out: Path) -> None:
-    """One seed set of the command: trained, then written to ``out``."""
+def train_one(
+    overrides: list[str],
+    cfg: DictConfig,
+    seeds: list[int],
+    epochs: int,
+    out: Path,
+    init: tuple[dict[str, Tensor], list[float] | None] | None = None,
+    init_from: Path | None = None,
+    probe_every: int = STAGE_EVERY,
+) -> None:
+    """One seed set of the command: trained (from ``init``'s weights where given), then written to ``out``."""
     torch.set_num_threads(int(cfg.trainer.get("threads") or 1))
 
     def progress(epoch: int, acc: Tensor) -> None:
@@ -308,8 +275,13 @@ def train_one(overrides: list[str], cfg: DictConfig, seeds: list[int], epochs: i
                 flush=True,
             )
 
-    curves, _ = train_seeds(cfg, seeds, epochs, Path(cfg.paths.data_dir), overrides, progress)
+    curves, state = train_seeds(
+        cfg, seeds, epochs, Path(cfg.paths.data_dir), overrides, progress, init and init[0], probe_every
+    )
+    if init is not None:
+        curves.init_from, curves.init_acc = str(init_from), init[1]
     out.mkdir(parents=True, exist_ok=True)
+    save_weights(state, seeds, out / WEIGHTS)
     curves.save(out / "curves.json")
     (out / "seeds.json").write_text(json.dumps(seed_table(curves), indent=1))
     draw_success({" ".join(overrides) or "default": curves}, out / "success.png")

@@ -288,3 +288,13 @@ def plateau_km_median(found: list[Stages]) -> float | None:
     sf = sps.ecdf(data).sf
     below = np.nonzero(sf.probabilities <= 0.5)[0]
     return float(sf.quantiles[below[0]]) if len(below) else None
+
+
+def emergence(steps: list[float] | np.ndarray, clustering: list[float] | np.ndarray) -> float | None:
+    """The step a clustering head has emerged: the end of the first rise of its clustering series
+    (``None`` if it never rises, or is still rising at the last snapshot: censored)."""
+    found = stages(steps, clustering)
+    rises = [p for p in found.phases if p.kind == "rise"]
+    if not rises or (found.rise_censored and rises[0] is found.phases[-1]):
+        return None
+    return rises[0].end

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from src.engine.record.files import read_metrics
 
-from .clustering import clustering_series, emergence
-from .stages import accuracy_stages
+from .clustering import clustering_series
+from .stages import accuracy_stages, emergence
 
 Value = float | int | bool | None
 

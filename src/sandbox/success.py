@@ -136,6 +136,8 @@ def names(sets: list[tuple[Path, Curves]]) -> list[str]:
     out: list[str] = []
     for folder, curves in sets:
         kept = [o for o in curves.overrides if o not in shared and not o.startswith("trainer.compile")]
+        if curves.init_from:
+            kept.append(f"--init-from {Path(curves.init_from).name}")
         name = " ".join(kept) or folder.name
         out.append(name if name not in out else str(folder))
     return out
@@ -155,11 +157,13 @@ def backbone_of(curves: Curves) -> str:
 VARIANT_KEYS = ("attn", "reading", "trainer.compile")
 
 
-def setting(curves: Curves) -> tuple:
+def setting(curves: Curves, init: bool | None = None) -> tuple:
     """What a set shares with the sets it is paired with: its overrides but the variant's, its
-    seeds and its epochs."""
+    seeds, its epochs and whether it was fine-tuned from another set (``init``: as if it were, or
+    were not)."""
     kept = {k: _sortable(v) for k, v in given(curves).items() if k not in VARIANT_KEYS}  # 3e-3 is 0.003
-    return tuple(sorted(kept.items())), tuple(curves.seeds), curves.epochs
+    tuned = bool(curves.init_from) if init is None else init
+    return tuple(sorted(kept.items())), tuple(curves.seeds), curves.epochs, tuned
 
 
 def is_standard(curves: Curves) -> bool:

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from launch.claims import CLAIMS, Claim
+from launch.claims import CLAIMS, SEED_SET_MEASURES, Claim
 from launch.records import Run
 from launch.stats import paired_test
 from launch.verdicts import stages, verdicts
@@ -129,9 +129,9 @@ def test_every_claim_names_a_variant_a_measure_and_a_task_the_readings_run():
 
     for claim in CLAIMS:
         assert claim.variant in VARIANTS and claim.source in claim.key
-        measures = ("final", "time_to_target", "stages", "learns_first", "spike_curvature")
+        measures = ("final", "time_to_target", "stages", *SEED_SET_MEASURES)
         assert claim.measure in measures or claim.measure.startswith("monitor:")
-        assert claim.measure not in ("learns_first", "spike_curvature") or claim.tasks == ("modadd",)
+        assert claim.measure not in SEED_SET_MEASURES or claim.tasks == ("modadd",)
         # a target stated before the runs, a fraction of standard's final (time to target only)
         assert (claim.target_fraction is not None) == (claim.measure == "time_to_target")
         assert claim.target_fraction is None or 0.5 < claim.target_fraction <= 1

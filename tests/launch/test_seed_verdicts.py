@@ -97,3 +97,64 @@ def test_spikes_sharper_than_the_control_steps_reproduce_the_curvature_claim(tmp
     assert report([str(tmp_path), "--out", str(tmp_path / "report")]) == 0
     text = (tmp_path / "report" / "report.md").read_text()
     assert "| `P5-spikes` | `memory` | `η = 10, 3 tokens` | memory | 35 steps × 20 seeds | 4 | +0.81" in text
+
+
+def probed(learn: list[int | None], head: list[int | None], total: int = 200, every: int = 5) -> Curves:
+    """Seeds that learn at ``learn`` and whose clustering (η²) jumps from 0.3 to 0.95 at ``head``."""
+    curves = learning_at(learn, total=total)
+    curves.probe_every = every
+    points = range(every, total + 1, every)
+    curves.clustering = [[0.95 if h is not None and e >= h else 0.3 for e in points] for h in head]
+    curves.focus = [[0.0 for _ in points] for _ in head]
+    return curves
+
+
+def test_the_clustering_head_forms_first_when_it_jumps_before_the_accuracy():
+    """Six seeds whose head forms 50 epochs before they learn: 6 of 6 first, p = 1/64, reproduced;
+    one within a probe of it is a tie; a never-learner whose head formed is counted apart."""
+    curves = probed([100, 110, 120, 130, 140, 150, 60, None], [50, 60, 70, 80, 90, 100, 60, 40])
+    (row,) = seed_verdicts([(Path("s"), curves)], claims("clustering_first", "standard"))
+    assert (row.n, row.value, row.verdict) == (6, 1.0, "reproduced")
+    assert row.p_for == pytest.approx(1 / 64)
+    assert (
+        "within a probe (5 epochs): 1" in row.note and "of 1 that never learned, 1 formed a head" in row.note
+    )
+    late = probed([50, 60, 70, 80, 90, 100], [100, 110, 120, 130, 140, 150])  # heads after learning
+    (row,) = seed_verdicts([(Path("s"), late)], claims("clustering_first", "standard"))
+    assert (row.value, row.verdict) == (0.0, "contradicted")
+
+
+def test_a_set_fine_tuned_from_another_is_paired_with_the_same_seeds_from_scratch():
+    """The fine-tuned set learns first in 6 seeds of 8 (2 ties): reproduced; it is not taken for
+    the scratch set's standard (both are `standard` with the same overrides), so learns_first and
+    stages see them apart."""
+    scratch = learning_at([30, 30, 30, 30, 30, 30, None, 10])
+    tuned = learning_at([10, 10, 10, 10, 10, 10, None, 10])
+    tuned.init_from, tuned.init_acc = "runs/p2", [1.0] * 8
+    sets = [(Path("p3"), scratch), (Path("p3_from_p2"), tuned)]
+    (row,) = seed_verdicts(sets, claims("curriculum", "standard"))
+    assert (row.n, row.value, row.folder, row.verdict) == (6, 1.0, "p3_from_p2", "reproduced")
+    assert "from p2 / from scratch, learned first: 6 / 0" in row.note
+    assert seed_verdicts([(Path("p3_from_p2"), tuned)], claims("curriculum", "standard")) == []
+    assert len(seed_verdicts(sets, claims("stages", "standard"))) == 2
+
+
+def test_the_initialization_split_compares_the_shares_by_fishers_test():
+    """Eight seeds whose source learned (7 learn p = 3) against eight whose source did not (1
+    learns): +0.75; Fisher's one-sided p is the hypergeometric tail P(X ≥ 7) with 8 learners among
+    16, 8 drawn: (C(8,7)·C(8,1) + 1) / C(16,8) = 65 / 12870; reproduced."""
+    tuned = learning_at([10] * 7 + [None] + [10] + [None] * 7)
+    tuned.init_from, tuned.init_acc = "runs/p2", [1.0] * 8 + [0.5] * 8
+    (row,) = seed_verdicts([(Path("t"), tuned)], claims("init_source", "standard"))
+    assert row.value == pytest.approx(0.75) and row.p_for == pytest.approx(65 / 12870)
+    assert row.low < 0.75 < row.high <= 1 and row.verdict == "reproduced"
+    assert "from a source that learned: 7 of 8; from one that did not: 1 of 8" in row.note
+
+
+def test_newcombes_interval_matches_his_worked_example():
+    """Newcombe (1998), Statistics in Medicine 17:873, table II, method 10: 56/70 − 48/80 = 0.2
+    with 95% interval [0.0524, 0.3339]."""
+    from launch.stats import difference_interval
+
+    low, high = difference_interval(56, 70, 48, 80)
+    assert (low, high) == pytest.approx((0.0524, 0.3339), abs=1e-4)

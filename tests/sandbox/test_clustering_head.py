@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from src.models.sandbox import ClusteringHead, MultiHeadSandbox
-from src.sandbox.clustering import clustering_head, clustering_series, correlation_ratio, emergence
+from src.sandbox.clustering import clustering_head, clustering_series, correlation_ratio
 from src.sandbox.snapshot import snapshot_path, take_snapshot
+from src.sandbox.stages import emergence
 from src.sandbox.statistics import run_statistics
 
 K, L = 5, 12

@@ -252,3 +252,67 @@ def test_p5s_ablations_sweep_one_key_at_p5s_recipe(name, key, count):
     cfg = compose_cell(grid[-1][0])
     assert str(OmegaConf.select(cfg, key)).lower() == grid[-1][1].split("=", 1)[1].lower()
     assert (cfg.trainer.max_epochs, cfg.optim.opt, cfg.backbone.model.num_embeddings) == (1000, "adam", 3)
+
+
+def test_a_set_fine_tuned_from_another_starts_on_its_weights_and_refuses_other_seeds(tmp_path, capsys):
+    """--init-from: at lr 0 the fine-tuned seeds end bit-identical to the source set's final weights
+    (so they started there, not at their own init); the source's final accuracies are recorded; other
+    seeds, or weights of another architecture, are one error line and nothing is written."""
+    from safetensors.torch import load_file
+
+    from src.sandbox.seeds import main
+
+    base = [*SMALL, "experiment=paper/p5", "task.train_size=256", "task.test_size=128", "trainer.threads=1"]
+    source, tuned = tmp_path / "p2", tmp_path / "p3"
+    assert main([*base, "--seeds", "0-1", "--epochs", "2", "--out", str(source)]) == 0
+    assert main([*base, "task.p=3", "optim.lr=0", "--seeds", "0-1", "--epochs", "1",
+                 "--init-from", str(source), "--out", str(tuned)]) == 0  # fmt: skip
+    before, after = load_file(source / "weights.safetensors"), load_file(tuned / "weights.safetensors")
+    assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
+    kept = Curves.load(tuned / "curves.json")
+    assert kept.init_from == str(source) and kept.init_acc == [
+        a[-1] for a in Curves.load(source / "curves.json").acc
+    ]
+    capsys.readouterr()
+    other = tmp_path / "other"
+    assert (
+        main([*base, "--seeds", "0-2", "--epochs", "1", "--init-from", str(source), "--out", str(other)]) == 2
+    )
+    assert "trained seeds [0, 1], not --seeds [0, 1, 2]" in capsys.readouterr().out
+    assert main([*base, "backbone=sandbox_multihead", "--seeds", "0-1", "--epochs", "1",
+                 "--init-from", str(source), "--out", str(other)]) == 2  # fmt: skip
+    assert "not this sandbox's with these seeds" in capsys.readouterr().out
+    assert not other.exists()
+
+
+def test_each_seeds_probe_is_its_own_models_clustering_head(tmp_path):
+    """The probes taken on the stacked seeds equal clustering_head of each seed's final weights
+    loaded into its own model, on its own first test sequences."""
+    from src.sandbox.clustering import clustering_head, last_layer
+    from src.sandbox.stacked import build_seed
+
+    cfg = compose([*SMALL, "task.sandbox.probe_size=64"], tmp_path)
+    curves, state = train_seeds(cfg, [2, 5], epochs=2, data_dir=tmp_path, probe_every=2)
+    assert curves.probe_epochs() == [2] and len(curves.clustering) == 2
+    for i, seed in enumerate([2, 5]):
+        model, _, (x_test, _) = build_seed(cfg, seed, tmp_path)
+        model.load_state_dict({k: v[i] for k, v in state.items()})
+        clustering, focus = last_layer(clustering_head(model, x_test[:64], int(cfg.task.k)))
+        assert curves.clustering[i][0] == pytest.approx(clustering, abs=1e-6)
+        assert curves.focus[i][0] == pytest.approx(focus, abs=1e-6)
+        assert 0.0 <= clustering <= 1.0
+
+
+def test_a_common_budget_cuts_the_probes_with_the_epochs_and_older_sets_still_load(tmp_path):
+    curves = curves_learning_at([5, None])
+    curves.probe_every, curves.clustering = 5, [[0.1, 0.2, 0.3, 0.4], [0.5, 0.6, 0.7, 0.8]]
+    curves.focus = [list(row) for row in curves.clustering]
+    cut = curves.truncated(12)
+    assert cut.probe_epochs() == [5, 10] and cut.clustering == [[0.1, 0.2], [0.5, 0.6]]
+    assert len(cut.acc[0]) == 12 and cut.focus == cut.clustering
+    older = {
+        k: v for k, v in vars(curves).items() if k not in ("probe_every", "clustering", "focus", "init_from")
+    }
+    (tmp_path / "curves.json").write_text(__import__("json").dumps({**older, "init_acc": None}))
+    loaded = Curves.load(tmp_path / "curves.json")
+    assert loaded.acc == curves.acc and loaded.clustering == [] and loaded.probe_epochs() == []
