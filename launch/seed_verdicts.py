@@ -241,10 +241,18 @@ def clustering_verdict(claim: Claim, curves: Curves) -> SeedVerdict:
             before += emerged < learned
             after += emerged > learned
     never = sum(first_success(acc) is None for acc in curves.acc)
+    final = {True: [], False: []}  # the last probe's η², by whether the seed learned
+    for acc, series in zip(curves.acc, curves.clustering, strict=True):
+        final[first_success(acc) is not None].append(series[-1])
+    medians = ", ".join(
+        f"{label} {statistics.median(final[key]):.2f}"
+        for key, label in ((True, "learned"), (False, "never"))
+        if final[key]
+    )
     note = (
         f"head first / learned first: {before} / {after}; within a probe ({curves.probe_every} epochs): "
         f"{tied}; learned with no ended rise: {bare}; of {never} that never learned, "
-        f"{formed_unlearned} formed a head"
+        f"{formed_unlearned} formed a head; final η², median: {medians}"
     )
     return share_verdict(claim, curves, before, after, note)
 
