@@ -365,6 +365,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--baseline", type=Path, default=None, help="the set the others are paired with (default: the first)"
     )
     parser.add_argument("--epochs", type=int, default=None, help="read every set only to this epoch")
+    parser.add_argument(
+        "--threshold",
+        type=float,
+        default=SUCCESS,
+        help=f"test accuracy that counts as learned (default {SUCCESS}; 1.0: P5's code's own criterion)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="draw the success-by-epoch curves here (PNG)")
     args = parser.parse_args(argv)
     folders = ([args.baseline] if args.baseline else []) + [f for f in args.folders if f != args.baseline]
@@ -384,12 +390,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         sets.append((folder, curves))
     named = dict(zip(names(sets), (c for _, c in sets), strict=True))
     try:
-        print(table(compare(named, next(iter(named)))))
+        if not 0 < args.threshold <= 1:
+            raise ConfigError(f"--threshold {args.threshold}: give a test accuracy in (0, 1]")
+        print(table(compare(named, next(iter(named)), args.threshold), args.threshold))
     except ConfigError as error:
         print(f"error: {error}")
         return 2
     if args.out:
-        draw_success(named, args.out)
+        draw_success(named, args.out, args.threshold)
         print(f"figure: {args.out}")
     return 0
 

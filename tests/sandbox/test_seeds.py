@@ -316,3 +316,18 @@ def test_a_common_budget_cuts_the_probes_with_the_epochs_and_older_sets_still_lo
     (tmp_path / "curves.json").write_text(__import__("json").dumps({**older, "init_acc": None}))
     loaded = Curves.load(tmp_path / "curves.json")
     assert loaded.acc == curves.acc and loaded.clustering == [] and loaded.probe_epochs() == []
+
+
+def test_p5s_own_criterion_counts_only_the_seeds_at_100_percent(tmp_path, capsys):
+    """--threshold 1.0 (P5's code): a seed that plateaus at 97% learned at 95%, not at 100%."""
+    from src.sandbox.success import main
+
+    curves = curves_learning_at([5, 8, None])
+    curves.acc[1] = [min(a, 0.97) for a in curves.acc[1]]
+    (tmp_path / "s").mkdir()
+    curves.save(tmp_path / "s" / "curves.json")
+    assert main([str(tmp_path / "s")]) == 0
+    assert "| 2 of 3 [" in capsys.readouterr().out
+    assert main([str(tmp_path / "s"), "--threshold", "1.0"]) == 0
+    assert "| 1 of 3 [" in capsys.readouterr().out
+    assert main([str(tmp_path / "s"), "--threshold", "95"]) == 2
