@@ -141,3 +141,47 @@ def draw_success(named: dict[str, Curves], path: Path | io.BytesIO, threshold: f
     fig.legend(loc="outside lower center", fontsize="small", ncols=1)
     fig.savefig(path, dpi=110, format="png")
     plt.close(fig)
+
+
+def draw_clustering(named: dict[str, Curves], path: Path | io.BytesIO, threshold: float = SUCCESS) -> None:
+    """P5's clustering head over training, one panel per set with probes: each seed's η² (the
+    last attention layer's output grouped by the partial sum), coloured by whether the seed
+    learned, with each group's median; a dot where each learner learned. A PNG to ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    probed = {name: c for name, c in named.items() if c.probe_epochs()}
+    fig, axes = plt.subplots(
+        1,
+        max(1, len(probed)),
+        figsize=(4.2 * max(1, len(probed)), 3.4),
+        squeeze=False,
+        constrained_layout=True,
+    )
+    for ax, (name, curves) in zip(axes[0], probed.items(), strict=False):
+        epochs = curves.probe_epochs()
+        groups: dict[bool, list[list[float]]] = {True: [], False: []}
+        for acc, series in zip(curves.acc, curves.clustering, strict=True):
+            learned = first_success(acc, threshold)
+            colour = "tab:blue" if learned else "tab:gray"
+            ax.plot(epochs, series, color=colour, alpha=0.25, lw=0.7)
+            if learned:
+                ax.plot(
+                    learned,
+                    series[min(len(series), max(1, learned // curves.probe_every)) - 1],
+                    ".",
+                    color=colour,
+                )
+            groups[learned is not None].append(series)
+        for learned, rows in groups.items():
+            if rows:
+                median = [sorted(col)[len(col) // 2] for col in zip(*rows, strict=True)]
+                label = f"{'learned' if learned else 'never learned'} ({len(rows)}), median"
+                ax.plot(epochs, median, color="tab:blue" if learned else "black", lw=2, label=label)
+        ax.set(title=name[:60], xlabel="epoch", ylabel="clustering η² (partial sum)", ylim=(0, 1.02))
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="small", loc="lower right")
+    fig.savefig(path, dpi=110, format="png")
+    plt.close(fig)

@@ -32,7 +32,7 @@ from launch.stats import holm
 from launch.time_to_quality import Median, km_median, sign_test
 from src.errors import ConfigError
 
-from .curves import SUCCESS, Curves, draw_success, first_success
+from .curves import SUCCESS, Curves, draw_clustering, draw_success, first_success
 
 SIDE = 0.025
 
@@ -350,6 +350,11 @@ def backbone_section(backbone: str, sets: list[tuple[Path, Curves]]) -> tuple[li
         draw_success(named, buffer)
         pngs[f"p5_success_{backbone}.png"] = buffer.getvalue()
         lines += ["", f"![success by epoch, {backbone}](p5_success_{backbone}.png)"]
+        if any(c.probe_epochs() for c in named.values()):
+            buffer = io.BytesIO()
+            draw_clustering(named, buffer)
+            pngs[f"p5_clustering_{backbone}.png"] = buffer.getvalue()
+            lines += ["", f"![clustering head by epoch, {backbone}](p5_clustering_{backbone}.png)"]
     grid_lines, grid_pngs = grid_section(backbone, [c for _, c in sets])
     return lines + grid_lines, {**pngs, **grid_pngs}
 

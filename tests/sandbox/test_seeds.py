@@ -331,3 +331,18 @@ def test_p5s_own_criterion_counts_only_the_seeds_at_100_percent(tmp_path, capsys
     assert main([str(tmp_path / "s"), "--threshold", "1.0"]) == 0
     assert "| 1 of 3 [" in capsys.readouterr().out
     assert main([str(tmp_path / "s"), "--threshold", "95"]) == 2
+
+
+def test_the_report_draws_the_clustering_heads_only_for_sets_with_probes():
+    from pathlib import Path
+
+    from src.sandbox.success import report_section
+
+    plain = curves_learning_at([5, None])
+    probed = curves_learning_at([5, None])
+    probed.probe_every, probed.clustering = 5, [[0.2, 0.9, 0.95, 0.95], [0.2, 0.2, 0.3, 0.2]]
+    probed.focus = probed.clustering
+    assert "p5_clustering_sandbox.png" not in report_section([(Path("a"), plain)])[1]
+    lines, pngs = report_section([(Path("b"), probed)])
+    assert pngs["p5_clustering_sandbox.png"].startswith(b"\x89PNG")
+    assert any("(p5_clustering_sandbox.png)" in line for line in lines)
