@@ -42,7 +42,16 @@ from src.errors import ConfigError
 
 from .clustering import probe_seeds
 from .curves import STAGE_EVERY, SUCCESS, Curves, draw_success, seed_table, success_by_epoch
-from .stacked import WEIGHTS, load_weights, save_weights, stack_seeds, stacked_functions, start_from
+from .stacked import (
+    WEIGHTS,
+    load_progress,
+    load_weights,
+    save_progress,
+    save_weights,
+    stack_seeds,
+    stacked_functions,
+    start_from,
+)
 
 
 def check_supported(cfg: DictConfig) -> None:
@@ -75,6 +84,8 @@ def train_seeds(
     on_epoch: Callable[[int, Tensor], None] | None = None,
     init: dict[str, Tensor] | None = None,
     probe_every: int = STAGE_EVERY,
+    progress: Path | None = None,
+    progress_every: int = 50,
 ) -> tuple[Curves, dict[str, Tensor]]:
     """Train ``seeds`` of ``cfg``'s sandbox for ``epochs`` at once; the curves and the final
     stacked weights (``state[name][i]``: seed ``seeds[i]``'s parameters and buffers).
@@ -84,7 +95,10 @@ def train_seeds(
     final ``state``, same seeds and architecture: P5's fine-tuning, its curriculum from p = 2 to
     p = 3); the optimizer starts afresh, as P5's fine-tuning does. Every ``probe_every`` epochs
     (0: never) each seed's clustering head is measured on the first ``task.sandbox.probe_size``
-    test sequences (:func:`src.sandbox.clustering.probe_seeds`)."""
+    test sequences (:func:`src.sandbox.clustering.probe_seeds`). ``progress``: a file the set's
+    progress is saved to every ``progress_every`` epochs and resumed from when it exists (the
+    batch order is a function of the seed and the epoch, so a resumed set ends bit-identical to
+    an uninterrupted one)."""
     from src.engine.loop.data import epoch_order
     from src.engine.loop.optim import build_scheduler
 
@@ -113,8 +127,19 @@ def train_seeds(
     curves.clustering, curves.focus = [[] for _ in seeds], [[] for _ in seeds]
     probe_x = st.x_test[:, : int(cfg.task.get("sandbox", {}).get("probe_size", 512))]  # (S, B, L)
     accs, losses = [], []
-    started, step = time.monotonic(), 0
-    for epoch in range(epochs):
+    started, step, first, spent = time.monotonic(), 0, 0, 0.0
+    if progress is not None and progress.is_file():
+        kept = load_progress(progress, seeds, epochs, list(overrides))
+        holder.load_state_dict(kept["holder"])
+        optimizer.load_state_dict(kept["optimizer"])
+        for name, value in kept["buffers"].items():
+            st.buffers[name].copy_(value)
+        first, accs, losses, spent = kept["epoch"], kept["accs"], kept["losses"], kept["seconds"]
+        curves.clustering, curves.focus = kept["clustering"], kept["focus"]
+        step = first * steps_per_epoch
+        if scheduler is not None:
+            scheduler.step_update(step)
+    for epoch in range(first, epochs):
         order = torch.stack([epoch_order(n, s, epoch) for s in seeds])  # (S, N): each seed's own
         xs = torch.gather(st.x_train, 1, order[..., None].expand_as(st.x_train))  # (S, N, L)
         ys = torch.gather(st.y_train, 1, order)  # (S, N)
@@ -136,13 +161,32 @@ def train_seeds(
                         row.append(value)
         accs.append(acc.tolist())
         losses.append(test_loss.tolist())
+        if progress is not None and (epoch + 1) % progress_every == 0 and epoch + 1 < epochs:
+            save_progress(
+                progress,
+                {
+                    **{"seeds": seeds, "epochs": epochs, "overrides": list(overrides), "epoch": epoch + 1},
+                    **{
+                        "holder": holder.state_dict(),
+                        "optimizer": optimizer.state_dict(),
+                        "buffers": st.buffers,
+                    },
+                    **{
+                        "accs": accs,
+                        "losses": losses,
+                        "clustering": curves.clustering,
+                        "focus": curves.focus,
+                    },
+                    "seconds": spent + time.monotonic() - started,
+                },
+            )
         if on_epoch is not None:
             on_epoch(epoch + 1, acc)
     if not any(curves.clustering):  # fewer epochs than probe_every: no probe taken
         curves.clustering, curves.focus = [], []
     curves.acc = [list(a) for a in zip(*accs, strict=True)]
     curves.loss = [list(v) for v in zip(*losses, strict=True)]
-    curves.seconds = round(time.monotonic() - started, 1)
+    curves.seconds = round(spent + time.monotonic() - started, 1)
     every = {**trained, **st.fixed, **st.buffers}
     return curves, {k: every[k].detach().clone() for k in st.live.state_dict()}  # what a checkpoint keeps
 
@@ -254,6 +298,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+PROGRESS = "progress.pt"  # a set's progress while it trains (every 50 epochs), resumed by a rerun
+
+
 def train_one(
     overrides: list[str],
     cfg: DictConfig,
@@ -267,7 +314,7 @@ def train_one(
     """One seed set of the command: trained (from ``init``'s weights where given), then written to ``out``."""
     torch.set_num_threads(int(cfg.trainer.get("threads") or 1))
 
-    def progress(epoch: int, acc: Tensor) -> None:
+    def report(epoch: int, acc: Tensor) -> None:
         if epoch % max(1, epochs // 20) == 0 or epoch == epochs:
             print(
                 f"epoch {epoch}/{epochs}: {(acc >= SUCCESS).sum().item()} of {len(seeds)} seeds "
@@ -275,14 +322,26 @@ def train_one(
                 flush=True,
             )
 
+    resume = out / PROGRESS
+    if resume.is_file():
+        print(f"{out}: resuming from {resume}", flush=True)
     curves, state = train_seeds(
-        cfg, seeds, epochs, Path(cfg.paths.data_dir), overrides, progress, init and init[0], probe_every
+        cfg,
+        seeds,
+        epochs,
+        Path(cfg.paths.data_dir),
+        overrides,
+        report,
+        init and init[0],
+        probe_every,
+        resume,
     )
     if init is not None:
         curves.init_from, curves.init_acc = str(init_from), init[1]
     out.mkdir(parents=True, exist_ok=True)
     save_weights(state, seeds, out / WEIGHTS)
     curves.save(out / "curves.json")
+    resume.unlink(missing_ok=True)  # the set is whole: its own progress file is spent
     (out / "seeds.json").write_text(json.dumps(seed_table(curves), indent=1))
     draw_success({" ".join(overrides) or "default": curves}, out / "success.png")
     rate = success_by_epoch(curves)[-1]

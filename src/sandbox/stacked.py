@@ -156,3 +156,24 @@ def load_weights(folder: Path, seeds: list[int]) -> tuple[dict[str, Tensor], lis
     curves = Path(folder) / "curves.json"
     final = [acc[-1] for acc in Curves.load(curves).acc] if curves.is_file() else None
     return state, final
+
+
+def save_progress(path: Path, progress: dict) -> None:
+    """A seed set's progress (weights, optimizer, curves so far) to ``path``, whole or not at all."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(progress, tmp)
+    tmp.replace(path)
+
+
+def load_progress(path: Path, seeds: list[int], epochs: int, overrides: list[str]) -> dict:
+    """The progress :func:`save_progress` wrote, if it is this set's (its seeds, epochs and
+    overrides); read with ``weights_only`` (tensors and plain values: nothing in it runs)."""
+    progress = torch.load(path, weights_only=True)
+    kept = (progress.get("seeds"), progress.get("epochs"), progress.get("overrides"))
+    if kept != (seeds, epochs, overrides):
+        raise ConfigError(
+            f"{path} is the progress of another set ({len(kept[0] or [])} seeds × {kept[1]} epochs, "
+            f"{' '.join(kept[2] or []) or 'no overrides'}): give another --out, or remove it to start afresh"
+        )
+    return progress

@@ -346,3 +346,30 @@ def test_the_report_draws_the_clustering_heads_only_for_sets_with_probes():
     lines, pngs = report_section([(Path("b"), probed)])
     assert pngs["p5_clustering_sandbox.png"].startswith(b"\x89PNG")
     assert any("(p5_clustering_sandbox.png)" in line for line in lines)
+
+
+def test_a_set_stopped_mid_run_resumes_to_the_same_end(tmp_path):
+    """Progress saved every 2 epochs; a set stopped after epoch 3 resumes from epoch 2 and ends on
+    the weights, curves and probes of an uninterrupted set (Adam's moments restored; the batch
+    order is the seed's and the epoch's). Another set's progress file is refused."""
+
+    class Stop(Exception):
+        pass
+
+    def stop_at_3(epoch, acc):
+        if epoch == 3:
+            raise Stop
+
+    cfg = compose(SMALL, tmp_path)
+    whole, whole_state = train_seeds(cfg, [0, 4], epochs=5, data_dir=tmp_path, probe_every=1)
+    saved = tmp_path / "set" / "progress.pt"
+    with pytest.raises(Stop):
+        train_seeds(
+            cfg, [0, 4], 5, tmp_path, on_epoch=stop_at_3, probe_every=1, progress=saved, progress_every=2
+        )
+    assert torch.load(saved, weights_only=True)["epoch"] == 2
+    resumed, state = train_seeds(cfg, [0, 4], 5, tmp_path, probe_every=1, progress=saved, progress_every=2)
+    assert resumed.acc == whole.acc and resumed.loss == whole.loss and resumed.clustering == whole.clustering
+    assert all(torch.equal(state[k], whole_state[k]) for k in whole_state)
+    with pytest.raises(ConfigError, match="progress of another set"):
+        train_seeds(cfg, [0, 5], 5, tmp_path, progress=saved)
