@@ -98,6 +98,16 @@ class SeedVerdict:
         return self.reading == self.claim.primary
 
 
+def set_row(
+    claim: Claim, curves: Curves, n: int, value, low, high, p_for, p_against, note: str
+) -> SeedVerdict:
+    """One claim's row on one seed set: its backbone, reading and budget taken from the set."""
+    budget = (curves.epochs, len(curves.seeds))
+    return SeedVerdict(
+        claim, backbone_of(curves), reading_of(curves), n, value, low, high, p_for, p_against, note, *budget
+    )
+
+
 def reading_of(curves: Curves) -> str:
     """The ``conf/reading/`` file whose variant and options are the set's, else its overrides."""
     found = match(curves.variant, curves.attn) if curves.attn else None
@@ -161,10 +171,9 @@ def stages_verdict(claim: Claim, curves: Curves) -> SeedVerdict:
         if done
         else f"no seed of {len(rows)} ends a rise"
     ) + f"; {never} never leave it (censored)"
-    return SeedVerdict(
+    return set_row(
         claim,
-        backbone_of(curves),
-        reading_of(curves),
+        curves,
         len(values),
         statistics.fmean(values) if values else None,
         None if test is None else test.low,
@@ -172,8 +181,6 @@ def stages_verdict(claim: Claim, curves: Curves) -> SeedVerdict:
         None if test is None else test.p_for,
         None if test is None else test.p_against,
         note,
-        curves.epochs,
-        len(curves.seeds),
     )
 
 
@@ -187,10 +194,9 @@ def learns_first_verdict(claim: Claim, curves: Curves, base: Curves) -> SeedVerd
         f"learned first here / in standard: {here.faster} / {here.slower}; learned by epoch "
         f"{curves.epochs}: {here.learned} / {standard.learned} of {len(curves.seeds)}"
     )
-    return SeedVerdict(
+    return set_row(
         claim,
-        backbone_of(curves),
-        reading_of(curves),
+        curves,
         n,
         here.faster / n if n else None,
         low,
@@ -198,8 +204,6 @@ def learns_first_verdict(claim: Claim, curves: Curves, base: Curves) -> SeedVerd
         here.p_faster if n else None,
         here.p_slower if n else None,
         note,
-        curves.epochs,
-        len(curves.seeds),
     )
 
 
@@ -209,20 +213,7 @@ def share_verdict(claim: Claim, curves: Curves, first: int, second: int, note: s
     low, high = binomtest(first, n).proportion_ci(0.95, method="exact") if n else (None, None)
     p_for = binomtest(first, n, alternative="greater").pvalue if n else None
     p_against = binomtest(first, n, alternative="less").pvalue if n else None
-    return SeedVerdict(
-        claim,
-        backbone_of(curves),
-        reading_of(curves),
-        n,
-        first / n if n else None,
-        low,
-        high,
-        p_for,
-        p_against,
-        note,
-        curves.epochs,
-        len(curves.seeds),
-    )
+    return set_row(claim, curves, n, first / n if n else None, low, high, p_for, p_against, note)
 
 
 def clustering_verdict(claim: Claim, curves: Curves) -> SeedVerdict:
@@ -286,20 +277,7 @@ def init_verdict(claim: Claim, curves: Curves) -> SeedVerdict:
         table = [[sum(good), len(good) - sum(good)], [sum(bad), len(bad) - sum(bad)]]
         p_for = fisher_exact(table, alternative="greater").pvalue
         p_against = fisher_exact(table, alternative="less").pvalue
-    return SeedVerdict(
-        claim,
-        backbone_of(curves),
-        reading_of(curves),
-        len(learned) if source else 0,
-        value,
-        low,
-        high,
-        p_for,
-        p_against,
-        note,
-        curves.epochs,
-        len(curves.seeds),
-    )
+    return set_row(claim, curves, len(learned) if source else 0, value, low, high, p_for, p_against, note)
 
 
 def seed_verdicts(
