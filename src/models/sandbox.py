@@ -184,12 +184,25 @@ def capture_probs(modules: dict[str, nn.Module]) -> Iterator[dict[str, Tensor]]:
 
 
 class _Embedded(nn.Module):
-    """Token and learned position embeddings, shared by both sandbox models."""
+    """Token and learned position embeddings, shared by both sandbox models.
 
-    def __init__(self, num_embeddings: int, seq_len: int, dim: int) -> None:
+    ``init_scale`` multiplies both at initialization (the same draws: 1.0 is P5's N(0, 1)
+    exactly). **[reading]** P5's initialization intervention as a scale. On the reference model
+    the first RMSNorm removes a common scale, so what it changes at initialization is the tied
+    readout's, the logits' size (small: near-uniform predictions; large: confident random ones);
+    on the multi-head sandbox also the residual stream's size against the blocks' updates.
+    """
+
+    def __init__(self, num_embeddings: int, seq_len: int, dim: int, init_scale: float = 1.0) -> None:
         super().__init__()
+        if not init_scale > 0:
+            raise ConfigError(f"backbone.model.init_scale={init_scale}: give a positive scale (1.0: P5's)")
         self.token_emb = nn.Embedding(num_embeddings, dim)  # N(0, 1), as P5
         self.pos_emb = nn.Parameter(torch.randn(seq_len, dim))  # N(0, 1), as P5's nn.Embedding
+        if init_scale != 1.0:
+            with torch.no_grad():
+                self.token_emb.weight.mul_(init_scale)
+                self.pos_emb.mul_(init_scale)
 
     def embed(self, x: Tensor) -> Tensor:  # (B, L) -> (B, L, D)
         return self.token_emb(x) + self.pos_emb[: x.shape[1]]
@@ -210,6 +223,7 @@ class ClusteringHead(_Embedded):
         eps: RMSNorm's ``eps`` (P5: 1e-5, outside the square root).
         num_embeddings: rows of the tied embedding, at least ``p``; P5's figures use ``p + 1``
             (one unused row), its default is ``p``. ``None``: ``p``.
+        init_scale: the embeddings' initial scale (1.0: P5's N(0, 1); see ``_Embedded``).
     """
 
     def __init__(
@@ -221,8 +235,9 @@ class ClusteringHead(_Embedded):
         ffn_bias: bool = True,
         eps: float = 1e-5,
         num_embeddings: int | None = None,
+        init_scale: float = 1.0,
     ) -> None:
-        super().__init__(num_embeddings or vocab_size, seq_len, dim)
+        super().__init__(num_embeddings or vocab_size, seq_len, dim, init_scale)
         self.norm1 = RMSNorm(dim, eps)
         self.attn = LearnedQueryAttention(dim)
         self.norm2 = RMSNorm(dim, eps)
@@ -292,11 +307,12 @@ class MultiHeadSandbox(_Embedded):
         eps: float = 1e-5,
         num_embeddings: int | None = None,
         query_residual: bool = True,
+        init_scale: float = 1.0,
     ) -> None:
         if dim % num_heads:
             raise ConfigError(f"sandbox_multihead: dim={dim} is not a multiple of num_heads={num_heads}")
-        super().__init__(num_embeddings or vocab_size, seq_len, dim)
-        self.query_token = nn.Parameter(torch.randn(1, 1, dim))
+        super().__init__(num_embeddings or vocab_size, seq_len, dim, init_scale)
+        self.query_token = nn.Parameter(torch.randn(1, 1, dim) * init_scale)  # like the embeddings
         block = Block if query_residual else QueryBlock
         self.blocks = nn.Sequential(
             *(

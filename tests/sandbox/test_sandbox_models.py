@@ -157,3 +157,25 @@ def test_cond_tokens_still_reaches_the_blocks_without_the_query_residual():
     before = model(x)
     attention.apply(model, "cond_tokens")
     assert not torch.allclose(model(x), before)
+
+
+@pytest.mark.parametrize("cls", [ClusteringHead, MultiHeadSandbox])
+def test_the_init_scale_scales_the_same_draws_and_so_only_the_readouts_logits(cls):
+    """init_scale c: the embeddings are c times P5's draws (the same draws). On the reference model
+    the first RMSNorm removes the common scale, so at initialization its logits are c times those
+    at scale 1 (exactly with eps = 0; P5's eps sits outside the square root and breaks it by about
+    1e-3); the multi-head sandbox's residual stream keeps the scale against its updates, so there
+    the logits change otherwise."""
+    x = torch.randint(0, 2, (64, 12), generator=torch.Generator().manual_seed(0))
+    models = []
+    for scale in (1.0, 0.1):
+        torch.manual_seed(0)
+        models.append(cls(vocab_size=2, seq_len=12, num_embeddings=3, eps=0.0, init_scale=scale).eval())
+    one, small = models
+    torch.testing.assert_close(small.token_emb.weight, 0.1 * one.token_emb.weight)
+    torch.testing.assert_close(small.pos_emb, 0.1 * one.pos_emb)
+    with torch.no_grad():
+        close = torch.allclose(small(x), 0.1 * one(x), atol=1e-6, rtol=1e-5)
+    assert close == (cls is ClusteringHead)
+    with pytest.raises(ConfigError, match="init_scale"):
+        cls(vocab_size=2, seq_len=12, init_scale=0.0)

@@ -239,6 +239,7 @@ def test_a_sweep_trains_one_set_per_cell_and_the_report_draws_the_grid(tmp_path,
         ("mlp_lr", "optim.mlp_lr_discount", 5),
         ("ffn_dim", "backbone.model.ffn_dim", 5),
         ("ffn_bias", "backbone.model.ffn_bias", 2),
+        ("init", "backbone.model.init_scale", 4),
     ],
 )
 def test_p5s_ablations_sweep_one_key_at_p5s_recipe(name, key, count):
