@@ -17,7 +17,7 @@ COMMA := ,
 EXTRAS := dev$(if $(filter pip,$(DETECTION_BY)),$(COMMA)detection,)
 
 .DEFAULT_GOAL := help
-.PHONY: help install detection run test test-slow test-full test-timm bench docs docs-check lint clean
+.PHONY: help install detection run test test-slow test-full test-timm bench gpu-check docs docs-check lint clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  %-10s %s\n", $$1, $$2}'
@@ -62,6 +62,9 @@ test-timm: ## timm's own model tests on tiny models of each family, per variant,
 
 bench: ## speed and memory of each attention variant; ARGS="--device cuda …" (python -m launch.bench --help)
 	$(PYTHON) -m launch.bench $(ARGS)
+
+gpu-check: ## the GPU check in one command (< 8 min on one CUDA GPU): throughput, compile, memory, DDP → gpu_check.json
+	$(PYTHON) -m launch.gpu_check $(ARGS)
 
 docs: ## build the docs site into site/ (mkdocs-material; --strict: a broken link fails)
 	NO_MKDOCS_2_WARNING=1 $(PYTHON) -m mkdocs build --strict

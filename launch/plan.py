@@ -509,6 +509,11 @@ def main(argv: list[str] | None = None) -> int:
         if not 0 < args.mfu <= 1 or args.gpus < 1:
             raise ConfigError("--mfu is a fraction in (0, 1] and --gpus at least 1")
         measured = json.loads(args.measured.read_text()) if args.measured else None
+        if measured is not None and (not isinstance(measured, dict) or measured.get("dry")):
+            raise ConfigError(
+                f"--measured {args.measured}: not a real launch.gpu_check result (a --dry one times "
+                "tiny shapes): run python -m launch.gpu_check on a CUDA GPU"
+            )
         precheck(["-m", *args.overrides])  # src.run's refusals: a key no config has (did you mean …), …
         plans = [(each, plan(each, args.gpu, args.mfu, measured)) for each in per_experiment(args.overrides)]
     except (ConfigError, OSError, json.JSONDecodeError) as error:

@@ -1,0 +1,108 @@
+"""What each variant's step does on a GPU, shown without one: no host sync in a training step, no
+decomposition in bf16 under autocast, and buffers that follow the model to another device.
+
+On a CUDA device a ``.item()``, ``.tolist()``, ``.cpu()`` or a Python ``bool``/``float`` of a
+tensor waits for the GPU; here each is made to raise while one forward and backward of every
+variant runs on a narrow timm ViT (the GPU check, ``launch/gpu_check.py``, counts CUDA's own
+reports of them, and those inside torch's own kernels, such as a CUDA factorisation's error
+check, which only a GPU shows). Decompositions square or invert singular values, which bf16's 8 bits of
+mantissa cannot carry: every ``torch.linalg`` factorisation a variant calls under CPU bf16
+autocast is recorded with its input's dtype.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import timm
+import torch
+
+from launch.bench import FORMS
+from src import attention
+
+SYNCS = ("item", "tolist", "cpu", "__bool__", "__float__", "__int__")
+FACTORISATIONS = ("svd", "svdvals", "eigh", "eigvalsh", "qr", "cholesky", "inv", "solve")
+#: the forms (launch.bench's: each variant at its defaults, and the options that change the work)
+#: that factorise a matrix: in the forward pass (spectral's svd mode, cond_tokens) or at init
+FACTORISING = {"spectral_svd", "cond_tokens", "cond_init", "mimetic"}
+
+
+def narrow_vit() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return timm.create_model(
+        "vit_base_patch16_224", img_size=32, depth=2, embed_dim=64, num_heads=2, num_classes=10
+    )
+
+
+@contextlib.contextmanager
+def forbidden(monkeypatch: pytest.MonkeyPatch):
+    """Every host sync of a tensor raises inside the block (the names in SYNCS)."""
+    with monkeypatch.context() as patch:
+        for name in SYNCS:
+
+            def refuse(*args, _name=name, **kwargs):
+                raise AssertionError(f"Tensor.{_name} in the training step: a host sync on a GPU")
+
+            patch.setattr(torch.Tensor, name, refuse)
+        yield
+
+
+@pytest.mark.parametrize("form", list(FORMS))
+def test_a_training_step_makes_no_host_sync(form, monkeypatch):
+    model = narrow_vit()
+    attention.apply(model, FORMS[form][0], **FORMS[form][1])
+    x, y = torch.randn(2, 3, 32, 32), torch.tensor([1, 3])
+    model(x)  # the first call may build lazily (shapes, caches): not the steady step
+    with forbidden(monkeypatch):
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
+
+
+def test_the_audit_catches_a_host_sync(monkeypatch):
+    """The audit is live: a step that reads a tensor's value raises."""
+    with forbidden(monkeypatch), pytest.raises(AssertionError, match="host sync"):
+        torch.ones(2).sum().item()
+
+
+@pytest.mark.parametrize("form", list(FORMS))
+def test_no_factorisation_runs_in_bf16_under_autocast(form, monkeypatch):
+    seen: list[tuple[str, torch.dtype]] = []
+    for name in FACTORISATIONS:
+        original = getattr(torch.linalg, name)
+
+        def record(a, *args, _name=name, _original=original, **kwargs):
+            seen.append((_name, a.dtype))
+            return _original(a, *args, **kwargs)
+
+        monkeypatch.setattr(torch.linalg, name, record)
+    model = narrow_vit()
+    attention.apply(model, FORMS[form][0], **FORMS[form][1])  # initialisations factorise here
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = model(torch.randn(2, 3, 32, 32))
+    out.float().sum().backward()
+    assert all(dtype in (torch.float32, torch.float64) for _, dtype in seen), seen
+    assert bool(seen) == (form in FACTORISING), seen  # the audit saw the factorisations there are
+
+
+@pytest.mark.parametrize("form", list(FORMS))
+def test_a_variants_buffers_follow_the_model(form):
+    """``.to(dtype)`` moves every parameter and buffer a variant adds: nothing stays behind as a
+    plain attribute the way a tensor made outside ``register_buffer`` would (on a GPU, on the CPU)."""
+    model = narrow_vit()
+    attention.apply(model, FORMS[form][0], **FORMS[form][1])
+    model.to(torch.float64)
+    stray = [
+        f"{owner}.{key}"
+        for owner, module in model.named_modules()
+        for key, value in vars(module).items()
+        if isinstance(value, torch.Tensor)
+        and not isinstance(value, torch.nn.Parameter)
+        and value.dtype != torch.float64
+        and value.is_floating_point()
+    ]
+    assert not stray, stray
+    assert all(
+        t.dtype == torch.float64 for t in [*model.parameters(), *model.buffers()] if t.is_floating_point()
+    )
