@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -88,7 +89,9 @@ def comparable(run: Path) -> list[dict]:
 @pytest.mark.slow
 def test_two_ddp_processes_keep_the_global_batch_of_one(tmp_path):
     """The same command on 2 processes trains the same run as on 1: the global batch 32 as 2 x 16,
-    the same steps per epoch, the same loss curve (within float tolerance), the same identity."""
+    the same steps per epoch, the same loss curve (within float tolerance), the same identity.
+    The two processes are two *nodes* of one process each (``torchrun --nnodes 2``, node ranks 0
+    and 1, a static rendezvous at 127.0.0.1): the multi-node path, on one host."""
     common = [
         "trainer.max_steps=20",
         "trainer.log_every=1",
@@ -97,28 +100,28 @@ def test_two_ddp_processes_keep_the_global_batch_of_one(tmp_path):
         "task.batch_size=32",
     ]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled"}
-    ddp = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc_per_node",
-            "2",
-            "-m",
-            "src.run",
-            *common,
-            "paths.output_dir=ddp",
-            *QUIET,
-        ],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert ddp.returncode == 0, ddp.stderr
-    assert "· fresh · batch 32 = 2 processes × 16 · " in ddp.stdout + ddp.stderr
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    nodes = [
+        subprocess.Popen(
+            [
+                *(sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node", "1"),
+                *("--node_rank", str(rank), "--master_addr", "127.0.0.1", "--master_port", str(port)),
+                *("-m", "src.run", *common, "paths.output_dir=ddp", *QUIET),
+            ],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in (0, 1)
+    ]
+    outputs = [node.communicate(timeout=600) for node in nodes]
+    for node, (_, err) in zip(nodes, outputs, strict=True):
+        assert node.returncode == 0, err[-3000:]
+    assert "· fresh · batch 32 = 2 processes × 16 · " in "".join(out + err for out, err in outputs)
     single = run_cli([*common, "paths.output_dir=single"], cwd=tmp_path)
     assert single.returncode == 0, single.stderr
 
