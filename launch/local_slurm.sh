@@ -7,6 +7,15 @@
 #   python -m src.run -m experiment=smoke/digits hydra/launcher=slurm
 #   launch/local_slurm.sh stop      # stops only the daemons this script started (PID files)
 #
+# SLURM_LOCAL_NODES=2 starts two nodes instead of one, for multi-node jobs: Debian's slurmd is
+# not built for several slurmd on one address (--enable-multiple-slurmd: per-node ports), so each
+# node is a network namespace made here (ca-n1, ca-n2: a veth pair each, 10.211.<i>.2 inside,
+# 10.211.<i>.1 on the host, the host forwarding between them), its own slurmd inside, its name in
+# /etc/hosts (the lines marked "local_slurm", removed by stop). Both nodes share the host's CPUs
+# and files; the controller answers at 10.211.1.1. The host's name resolves to 127.0.0.1 inside
+# every node, so a multi-node job names its interface: export GLOO_SOCKET_IFNAME=ca0 (each node's
+# link is called ca0; on a real cluster the host name resolves to the node's own address).
+#
 # Needs Debian's slurmctld, slurmd, slurm-client, munge, slurmdbd and mariadb-server
 # (`launch/local_slurm.sh install` installs them with apt). Everything it writes lives under
 # $SLURM_LOCAL_DIR (default /tmp/conditioned-attention-slurm), except /run/munge, the
@@ -17,6 +26,9 @@
 set -euo pipefail
 
 STATE=${SLURM_LOCAL_DIR:-/tmp/conditioned-attention-slurm}
+NODES=${SLURM_LOCAL_NODES:-1}
+[[ $NODES == 1 || $NODES == 2 ]] || { echo "[local_slurm] SLURM_LOCAL_NODES=$NODES: 1 or 2" >&2; exit 2; }
+HOSTS_MARK="# local_slurm (conditioned-attention)"
 CONF=$STATE/etc/slurm.conf
 DB_PORT=${SLURM_LOCAL_DB_PORT:-3317}
 HOST=$(hostname -s)
@@ -47,9 +59,24 @@ write_configs() {
   local node; node=$(slurmd -C | head -n 1 | sed "s/^NodeName=[^ ]*/NodeName=$HOST NodeAddr=127.0.0.1/")
   local mem; mem=$(sed -n 's/.*RealMemory=\([0-9]*\).*/\1/p' <<<"$node")
   local cpus; cpus=$(sed -n 's/.*CPUs=\([0-9]*\).*/\1/p' <<<"$node")
+  local ctld=$HOST slurmd_files nodes=$node
+  slurmd_files="SlurmdSpoolDir=$STATE/spool/d
+SlurmdPidFile=$STATE/run/slurmd.pid
+SlurmdLogFile=$STATE/log/slurmd.log"
+  if [[ $NODES == 2 ]]; then  # two namespaces, each a node with half the memory
+    ctld="$HOST(10.211.1.1)"
+    slurmd_files="SlurmdSpoolDir=$STATE/spool/d-%n
+SlurmdPidFile=$STATE/run/slurmd-%n.pid
+SlurmdLogFile=$STATE/log/slurmd-%n.log"
+    nodes=""
+    for i in 1 2; do
+      nodes+=$(sed -e "s/^NodeName=$HOST NodeAddr=127.0.0.1/NodeName=ca-n$i NodeAddr=10.211.$i.2/" \
+        -e "s/RealMemory=[0-9]*/RealMemory=$((mem / 2))/" <<<"$node")$'\n'
+    done
+  fi
   cat >"$CONF" <<CONF
 ClusterName=local
-SlurmctldHost=$HOST
+SlurmctldHost=$ctld
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
@@ -60,15 +87,13 @@ ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
-DefMemPerCPU=$((mem / cpus / 2))
+DefMemPerCPU=$((mem / cpus / 2 / NODES))
 ReturnToService=2
 JobRequeue=1
 StateSaveLocation=$STATE/spool/ctld
-SlurmdSpoolDir=$STATE/spool/d
+$slurmd_files
 SlurmctldPidFile=$STATE/run/slurmctld.pid
-SlurmdPidFile=$STATE/run/slurmd.pid
 SlurmctldLogFile=$STATE/log/slurmctld.log
-SlurmdLogFile=$STATE/log/slurmd.log
 SlurmctldParameters=enable_configless
 AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=localhost
@@ -80,7 +105,7 @@ MinJobAge=300
 SlurmctldTimeout=30
 SlurmdTimeout=30
 Waittime=0
-$node State=UNKNOWN
+$(sed '/^$/d; s/$/ State=UNKNOWN/' <<<"$nodes")
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 CONF
   cat >"$STATE/etc/slurmdbd.conf" <<CONF
@@ -134,8 +159,44 @@ start_slurm() {
   sacctmgr -i -Q add cluster local >/dev/null 2>&1 || true
   running slurmctld || slurmctld -f "$CONF"
   wait_for 30 slurmctld scontrol ping
-  running slurmd || slurmd -f "$CONF"
-  wait_for 30 "node $HOST" bash -c "sinfo -h -n $HOST -o %t | grep -qE '^(idle|mix|alloc)'"
+  if [[ $NODES == 1 ]]; then
+    running slurmd || slurmd -f "$CONF"
+    wait_for 30 "node $HOST" bash -c "sinfo -h -n $HOST -o %t | grep -qE '^(idle|mix|alloc)'"
+    return
+  fi
+  for i in 1 2; do
+    running "slurmd-ca-n$i" || nsenter --net="/run/netns/ca-n$i" slurmd -f "$CONF" -N "ca-n$i"  # ip netns exec would remount /sys, hiding the cgroup fs slurmd reads
+  done
+  wait_for 60 "nodes ca-n1 and ca-n2" bash -c "[[ \$(sinfo -h -N -o %t | grep -cE '^(idle|mix|alloc)') == 2 ]]"
+}
+
+start_namespaces() {  # two network namespaces, each a node reachable from the host and the other
+  sysctl -q -w net.ipv4.ip_forward=1
+  for i in 1 2; do
+    if ! ip netns list | grep -q "^ca-n$i\b"; then
+      ip netns add "ca-n$i"
+      ip link add "ca-h$i" type veth peer name "ca-v$i"
+      ip link set "ca-v$i" netns "ca-n$i"
+      ip addr add "10.211.$i.1/24" dev "ca-h$i"
+      ip link set "ca-h$i" up
+      ip netns exec "ca-n$i" ip link set "ca-v$i" name ca0  # one name on every node: GLOO_SOCKET_IFNAME=ca0
+      ip netns exec "ca-n$i" ip addr add "10.211.$i.2/24" dev ca0
+      ip netns exec "ca-n$i" ip link set ca0 up
+      ip netns exec "ca-n$i" ip link set lo up
+      ip netns exec "ca-n$i" ip route add default via "10.211.$i.1"
+    fi
+    grep -q "ca-n$i $HOSTS_MARK" /etc/hosts || echo "10.211.$i.2 ca-n$i $HOSTS_MARK" >>/etc/hosts
+  done
+}
+
+stop_namespaces() {
+  for i in 1 2; do
+    ip netns list | grep -q "^ca-n$i\b" || continue
+    ip netns pids "ca-n$i" | xargs -r kill 2>/dev/null || true  # a job's steps left on the node
+    ip netns del "ca-n$i" && log "removed namespace ca-n$i"
+  done
+  for i in 1 2; do ip link show "ca-h$i" >/dev/null 2>&1 && ip link del "ca-h$i"; done
+  sed -i "/$HOSTS_MARK/d" /etc/hosts
 }
 
 case ${1:-} in
@@ -144,18 +205,21 @@ case ${1:-} in
     command -v slurmctld >/dev/null || { log "slurm is not installed: run '$0 install' (apt, as root)"; exit 2; }
     [[ $(id -u) == 0 ]] || { log "run as root: the daemons are started as root"; exit 2; }
     write_configs
+    [[ $NODES == 1 ]] || start_namespaces
     start_munge
     start_mariadb
     start_slurm
     log "up: export SLURM_CONF=$CONF"
     ;;
-  stop)
-    for d in "${DAEMONS[@]}"; do
+  stop)  # whatever of either mode is running
+    for d in slurmd-ca-n1 slurmd-ca-n2 "${DAEMONS[@]}"; do
       if running "$d"; then kill "$(cat "$STATE/run/$d.pid")" && log "stopped $d"; fi
     done
+    stop_namespaces
     ;;
   status)
-    for d in "${DAEMONS[@]}"; do running "$d" && echo "$d running" || echo "$d stopped"; done ;;
+    for d in "${DAEMONS[@]}"; do running "$d" && echo "$d running" || echo "$d stopped"; done
+    for d in slurmd-ca-n1 slurmd-ca-n2; do running "$d" && echo "$d running"; done; true ;;
   conf) echo "$CONF" ;;
   *) echo "usage: $0 install|start|stop|status|conf" >&2; exit 2 ;;
 esac
