@@ -16,7 +16,7 @@
 # every node, so a multi-node job names its interface: export GLOO_SOCKET_IFNAME=ca0 (each node's
 # link is called ca0; on a real cluster the host name resolves to the node's own address).
 #
-# Needs Debian's slurmctld, slurmd, slurm-client, munge, slurmdbd and mariadb-server
+# Needs Debian's slurmctld, slurmd, slurm-client, munge, slurmdbd, mariadb-server (and iproute2 for two nodes)
 # (`launch/local_slurm.sh install` installs them with apt). Everything it writes lives under
 # $SLURM_LOCAL_DIR (default /tmp/conditioned-attention-slurm), except /run/munge, the
 # socket path slurm's munge plugin expects. Pitfalls it handles, as measured on this kind of
@@ -50,7 +50,7 @@ wait_for() {  # wait_for SECONDS DESCRIPTION COMMAND…
 install_packages() {
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-    slurmctld slurmd slurm-client munge slurmdbd mariadb-server >/dev/null
+    slurmctld slurmd slurm-client munge slurmdbd mariadb-server iproute2 >/dev/null  # iproute2: two nodes
 }
 
 write_configs() {
