@@ -39,8 +39,7 @@ class HeadPreconditioner(nn.Module):
     def forward(self, heads: Tensor) -> Tensor:
         a = heads.unflatten(-1, (self.num_heads, -1))  # (..., H, d)
         # The norms in fp32: under bf16 autocast the head output is bf16, and a bf16 norm keeps
-        # 3 significant digits (launch/gpu_audit.py checks that no linalg op sees bf16).
-        # A no-op in fp32, so fp32 runs are unchanged.
+        # 3 significant digits. A no-op in fp32, so fp32 runs are unchanged.
         source = (a.detach() if self.detach else a).float()
         norms = source.norm(dim=-1, keepdim=True)  # (..., H, 1)
         a = (a / (norms + self.eps)).to(heads.dtype)  # (..., H, d), unit rows
