@@ -7,9 +7,9 @@
 #   python -m src.run -m experiment=smoke/digits hydra/launcher=slurm
 #   launch/local_slurm.sh stop      # stops only the daemons this script started (PID files)
 #
-# SLURM_LOCAL_NODES=2 starts two nodes instead of one, for multi-node jobs: Debian's slurmd is
-# not built for several slurmd on one address (--enable-multiple-slurmd: per-node ports), so each
-# node is a network namespace made here (ca-n1, ca-n2: a veth pair each, 10.211.<i>.2 inside,
+# SLURM_LOCAL_NODES=2 starts two nodes instead of one, for multi-node jobs: several slurmd on one
+# address need a build with --enable-multiple-slurmd (per-node ports), which this script does not
+# assume of Debian's (not tried), so each node is a network namespace made here (ca-n1, ca-n2: a veth pair each, 10.211.<i>.2 inside,
 # 10.211.<i>.1 on the host, the host forwarding between them), its own slurmd inside, its name in
 # /etc/hosts (the lines marked "local_slurm", removed by stop). Both nodes share the host's CPUs
 # and files; the controller answers at 10.211.1.1. The host's name resolves to 127.0.0.1 inside
