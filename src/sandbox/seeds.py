@@ -25,6 +25,14 @@ written by ``python -m src.sandbox.seeds`` to ``curves.json`` with the success-b
 figure and the seeds' final weights (``weights.safetensors``); :mod:`src.sandbox.success` and
 :mod:`launch.seed_verdicts` read them. ``--init-from DIR`` starts every seed from its final
 weights in another set (P5's fine-tuning from p = 2 to p = 3, its curriculum).
+
+In :func:`train_seeds`: ``init`` is another set's final weights to start from (same seeds and
+architecture; the optimizer starts afresh, as P5's fine-tuning does); every ``probe_every``
+epochs (0: never) each seed's clustering head is measured on its first ``task.sandbox.probe_size``
+test sequences (:func:`src.sandbox.clustering.probe_seeds`); ``progress`` is a file the set's
+progress is saved to every ``progress_every`` epochs and resumed from when it exists (the batch
+order is a function of the seed and the epoch, so a resumed set ends bit-identical to an
+uninterrupted one).
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ import json
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -44,6 +53,7 @@ from .clustering import probe_seeds
 from .curves import STAGE_EVERY, SUCCESS, Curves, draw_success, seed_table, success_by_epoch
 from .stacked import (
     WEIGHTS,
+    Stacked,
     load_progress,
     load_weights,
     save_progress,
@@ -88,102 +98,45 @@ def train_seeds(
     progress_every: int = 50,
 ) -> tuple[Curves, dict[str, Tensor]]:
     """Train ``seeds`` of ``cfg``'s sandbox for ``epochs`` at once; the curves and the final
-    stacked weights (``state[name][i]``: seed ``seeds[i]``'s parameters and buffers).
-    ``on_epoch(epoch, acc)`` is called after each epoch with the seeds' test accuracies ``(S,)``.
-
-    ``init``: stacked weights to start from instead of each seed's initialization (another set's
-    final ``state``, same seeds and architecture: P5's fine-tuning, its curriculum from p = 2 to
-    p = 3); the optimizer starts afresh, as P5's fine-tuning does. Every ``probe_every`` epochs
-    (0: never) each seed's clustering head is measured on the first ``task.sandbox.probe_size``
-    test sequences (:func:`src.sandbox.clustering.probe_seeds`). ``progress``: a file the set's
-    progress is saved to every ``progress_every`` epochs and resumed from when it exists (the
-    batch order is a function of the seed and the epoch, so a resumed set ends bit-identical to
-    an uninterrupted one)."""
+    stacked weights (``state[name][i]``: seed ``seeds[i]``'s). ``on_epoch(epoch, acc)`` is called
+    after each epoch with the seeds' test accuracies ``(S,)``; ``init``, ``probe_every`` and
+    ``progress``: the module docstring's fine-tuning, probes and resume."""
     from src.engine.loop.data import epoch_order
     from src.engine.loop.optim import build_scheduler
 
-    check_supported(cfg)
-    if not seeds:
-        raise ConfigError("no seeds to train: give seeds=0-31 (a range) or seeds=[0,3,7]")
     seeds = list(seeds)
-    st = stack_seeds(cfg, seeds, data_dir)
-    if init is not None:
-        start_from(st, init)
-
+    st = checked_stack(cfg, seeds, data_dir, init)
     batch, n = int(cfg.task.batch_size), st.x_train.shape[1]
     steps_per_epoch = n // batch
-    if steps_per_epoch < 1:
-        raise ConfigError(f"{n} training sequences make no batch of task.batch_size={batch}")
-    holder = nn.Module()  # timm's factory wants a module: the stacked parameters, names flattened
-    for k, v in st.trained.items():
-        holder.register_parameter(k.replace(".", "__"), nn.Parameter(v))
-    trained = {k: getattr(holder, k.replace(".", "__")) for k in st.trained}
-    optimizer = _optimizer(cfg.optim, holder)
+    holder, trained, optimizer = stacked_optimizer(cfg, st)
     scheduler = build_scheduler(cfg.sched, optimizer, epochs * steps_per_epoch, steps_per_epoch)
     step_loss, evaluate = stacked_functions(st.base, bool(cfg.trainer.get("compile")))
-    curves = Curves(seeds, list(overrides), epochs, steps_per_epoch, int(st.x_test.shape[1]))
+    curves = Curves(
+        seeds, list(overrides), epochs, steps_per_epoch, int(st.x_test.shape[1]), probe_every=probe_every
+    )
     curves.attn = OmegaConf.to_container(cfg.attn, resolve=True)
-    curves.probe_every = probe_every
-    curves.clustering, curves.focus = [[] for _ in seeds], [[] for _ in seeds]
     probe_x = st.x_test[:, : int(cfg.task.get("sandbox", {}).get("probe_size", 512))]  # (S, B, L)
     accs, losses = [], []
-    started, step, first, spent = time.monotonic(), 0, 0, 0.0
+    started, first, spent = time.monotonic(), 0, 0.0
     if progress is not None and progress.is_file():
-        kept = load_progress(progress, seeds, epochs, list(overrides))
-        holder.load_state_dict(kept["holder"])
-        optimizer.load_state_dict(kept["optimizer"])
-        for name, value in kept["buffers"].items():
-            st.buffers[name].copy_(value)
-        first, accs, losses, spent = kept["epoch"], kept["accs"], kept["losses"], kept["seconds"]
-        curves.clustering, curves.focus = kept["clustering"], kept["focus"]
-        step = first * steps_per_epoch
+        first, accs, losses, spent = resume(progress, overrides, holder, optimizer, st, curves)
         if scheduler is not None:
-            scheduler.step_update(step)
+            scheduler.step_update(first * steps_per_epoch)
     for epoch in range(first, epochs):
         order = torch.stack([epoch_order(n, s, epoch) for s in seeds])  # (S, N): each seed's own
-        xs = torch.gather(st.x_train, 1, order[..., None].expand_as(st.x_train))  # (S, N, L)
-        ys = torch.gather(st.y_train, 1, order)  # (S, N)
-        for j in range(steps_per_epoch):
-            window = slice(j * batch, (j + 1) * batch)
-            loss = step_loss({**trained, **st.fixed}, st.buffers, xs[:, window], ys[:, window])
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            step += 1
-            if scheduler is not None:
-                scheduler.step_update(step)
+        train_epoch(st, trained, step_loss, optimizer, scheduler, order, batch, epoch * steps_per_epoch)
         with torch.no_grad():
             acc, test_loss = evaluate({**trained, **st.fixed}, st.buffers, st.x_test, st.y_test)  # (S,), (S,)
             if probe_every and (epoch + 1) % probe_every == 0:
                 found = probe_seeds(st.live, {**trained, **st.fixed, **st.buffers}, probe_x, int(cfg.task.k))
-                for rows, values in zip((curves.clustering, curves.focus), found, strict=True):
-                    for row, value in zip(rows, values, strict=True):
-                        row.append(value)
+                append_probes(curves, *found)
         accs.append(acc.tolist())
         losses.append(test_loss.tolist())
         if progress is not None and (epoch + 1) % progress_every == 0 and epoch + 1 < epochs:
-            save_progress(
-                progress,
-                {
-                    **{"seeds": seeds, "epochs": epochs, "overrides": list(overrides), "epoch": epoch + 1},
-                    **{
-                        "holder": holder.state_dict(),
-                        "optimizer": optimizer.state_dict(),
-                        "buffers": st.buffers,
-                    },
-                    **{
-                        "accs": accs,
-                        "losses": losses,
-                        "clustering": curves.clustering,
-                        "focus": curves.focus,
-                    },
-                    "seconds": spent + time.monotonic() - started,
-                },
-            )
+            so_far = progress_key(curves, epoch + 1, accs, losses, spent + time.monotonic() - started)
+            save_progress(progress, {**weights_state(holder, optimizer, st), **so_far})
         if on_epoch is not None:
             on_epoch(epoch + 1, acc)
-    if not any(curves.clustering):  # fewer epochs than probe_every: no probe taken
-        curves.clustering, curves.focus = [], []
     curves.acc = [list(a) for a in zip(*accs, strict=True)]
     curves.loss = [list(v) for v in zip(*losses, strict=True)]
     curves.seconds = round(spent + time.monotonic() - started, 1)
@@ -191,10 +144,100 @@ def train_seeds(
     return curves, {k: every[k].detach().clone() for k in st.live.state_dict()}  # what a checkpoint keeps
 
 
-def _optimizer(cfg: DictConfig, holder: nn.Module):
+def checked_stack(
+    cfg: DictConfig, seeds: list[int], data_dir: Path, init: dict[str, Tensor] | None
+) -> Stacked:
+    """The seeds stacked (from ``init``'s weights where given), after refusing what would not
+    train as separate runs: options stacking cannot keep, no seeds, no whole batch."""
+    check_supported(cfg)
+    if not seeds:
+        raise ConfigError("no seeds to train: give seeds=0-31 (a range) or seeds=[0,3,7]")
+    st = stack_seeds(cfg, seeds, data_dir)
+    if init is not None:
+        start_from(st, init)
+    batch, n = int(cfg.task.batch_size), st.x_train.shape[1]
+    if n // batch < 1:
+        raise ConfigError(f"{n} training sequences make no batch of task.batch_size={batch}")
+    return st
+
+
+def train_epoch(
+    st: Stacked,
+    trained: dict[str, Tensor],
+    step_loss: Callable,
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any,
+    order: Tensor,
+    batch: int,
+    step: int,
+) -> None:
+    """One epoch of stacked steps, every seed on its own batches in its own ``order (S, N)``;
+    ``step``: the optimizer steps taken before it (the scheduler's clock)."""
+    xs = torch.gather(st.x_train, 1, order[..., None].expand_as(st.x_train))  # (S, N, L)
+    ys = torch.gather(st.y_train, 1, order)  # (S, N)
+    for j in range(st.x_train.shape[1] // batch):
+        window = slice(j * batch, (j + 1) * batch)
+        loss = step_loss({**trained, **st.fixed}, st.buffers, xs[:, window], ys[:, window])
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        if scheduler is not None:
+            scheduler.step_update(step + j + 1)
+
+
+def weights_state(holder: nn.Module, optimizer: torch.optim.Optimizer, st: Stacked) -> dict:
+    """What of a set's progress is tensors: the stacked parameters, Adam's state, the buffers."""
+    return {"holder": holder.state_dict(), "optimizer": optimizer.state_dict(), "buffers": st.buffers}
+
+
+def progress_key(curves: Curves, epoch: int, accs: list, losses: list, seconds: float) -> dict:
+    """A set's progress but its weights: what the file is checked against (its seeds, epochs and
+    overrides), the epoch reached, the curves and probes so far, the seconds spent."""
+    kept = {"seeds": curves.seeds, "epochs": curves.epochs, "overrides": list(curves.overrides)}
+    so_far = {"epoch": epoch, "accs": accs, "losses": losses, "seconds": seconds}
+    return kept | so_far | {"clustering": curves.clustering, "focus": curves.focus}
+
+
+def append_probes(curves: Curves, clustering: list[float], focus: list[float]) -> None:
+    """One probe's values (one per seed) onto each seed's series."""
+    if not curves.clustering:
+        curves.clustering, curves.focus = [[] for _ in clustering], [[] for _ in focus]
+    for rows, values in ((curves.clustering, clustering), (curves.focus, focus)):
+        for row, value in zip(rows, values, strict=True):
+            row.append(value)
+
+
+def resume(
+    path: Path,
+    overrides: Sequence[str],
+    holder: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    st: Stacked,
+    curves: Curves,
+) -> tuple[int, list, list, float]:
+    """The set's saved progress put back (weights, Adam's moments, buffers, probes); the epoch it
+    reached, the accuracies and losses so far, and the seconds spent."""
+    kept = load_progress(path, curves.seeds, curves.epochs, list(overrides))
+    holder.load_state_dict(kept["holder"])
+    optimizer.load_state_dict(kept["optimizer"])
+    for name, value in kept["buffers"].items():
+        st.buffers[name].copy_(value)
+    curves.clustering, curves.focus = kept["clustering"], kept["focus"]
+    return kept["epoch"], kept["accs"], kept["losses"], kept["seconds"]
+
+
+def stacked_optimizer(
+    cfg: DictConfig, st: Stacked
+) -> tuple[nn.Module, dict[str, Tensor], torch.optim.Optimizer]:
+    """The stacked parameters as one module (timm's factory wants a module; names flattened),
+    the parameters by their model names, and the config's optimizer over them."""
     from src.engine.loop.optim import build_optimizer
 
-    return build_optimizer(cfg, holder)
+    holder = nn.Module()
+    for k, v in st.trained.items():
+        holder.register_parameter(k.replace(".", "__"), nn.Parameter(v))
+    trained = {k: getattr(holder, k.replace(".", "__")) for k in st.trained}
+    return holder, trained, build_optimizer(cfg.optim, holder)
 
 
 # -- the command ----------------------------------------------------------------------------
@@ -229,9 +272,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``python -m src.sandbox.seeds [overrides…] --seeds 0-31 [--epochs N] --out DIR``."""
     import argparse
 
-    from launch.plan import compose
-    from src.engine.compatible import check_compatible
-
     parser = argparse.ArgumentParser(prog="python -m src.sandbox.seeds", description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "overrides",
@@ -259,33 +299,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         help=f"epochs between clustering-head probes (default {STAGE_EVERY}; 0: none)",
     )
     args = parser.parse_args(argv)
-    todo = []
     try:
         seeds = parse_seeds(args.seeds)
         init = None if args.init_from is None else load_weights(args.init_from, seeds)
-        grid = cells(args.overrides)
-        for overrides, name in grid:
-            cfg = compose(overrides)
-            if cfg.backbone.get("kind") != "modadd":
-                raise ConfigError(
-                    f"backbone={cfg.backbone.name} is not a sandbox (kind: modadd): "
-                    "task=modadd or experiment=paper/p5"
-                )
-            check_compatible(cfg)  # a variant the backbone does not take, as python -m src.run refuses it
-            epochs = args.epochs or cfg.trainer.max_epochs
-            if not epochs:
-                raise ConfigError("no epochs: give --epochs or trainer.max_epochs")
-            out = args.out / name if name else args.out
-            if (out / "curves.json").exists():
-                kept = Curves.load(out / "curves.json")
-                if len(grid) == 1 or kept.seeds != seeds or kept.epochs != epochs:
-                    raise ConfigError(
-                        f"{out / 'curves.json'} exists ({len(kept.seeds)} seeds × {kept.epochs} epochs): "
-                        "give another --out (nothing is overwritten)"
-                    )
-                print(f"{out}: trained already, kept")
-                continue
-            todo.append((overrides, cfg, epochs, out))
+        todo = planned(cells(args.overrides), seeds, args.epochs, args.out)
     except ConfigError as error:
         print(f"error: {error}")
         return 2
@@ -296,6 +313,41 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"error: {error}")
             return 2
     return 0
+
+
+def planned(
+    grid: list[tuple[list[str], str]], seeds: list[int], epochs: int | None, root: Path
+) -> list[tuple[list[str], DictConfig, int, Path]]:
+    """The grid's cells still to train, each composed and checked before any trains: a sandbox, a
+    variant its backbone takes, a budget; a cell already trained with these seeds and epochs is
+    kept (said so), one trained otherwise is refused."""
+    from launch.plan import compose
+    from src.engine.compatible import check_compatible
+
+    todo = []
+    for overrides, name in grid:
+        cfg = compose(overrides)
+        if cfg.backbone.get("kind") != "modadd":
+            raise ConfigError(
+                f"backbone={cfg.backbone.name} is not a sandbox (kind: modadd): "
+                "task=modadd or experiment=paper/p5"
+            )
+        check_compatible(cfg)  # a variant the backbone does not take, as python -m src.run refuses it
+        budget = epochs or cfg.trainer.max_epochs
+        if not budget:
+            raise ConfigError("no epochs: give --epochs or trainer.max_epochs")
+        out = root / name if name else root
+        if (out / "curves.json").exists():
+            kept = Curves.load(out / "curves.json")
+            if len(grid) == 1 or kept.seeds != seeds or kept.epochs != budget:
+                raise ConfigError(
+                    f"{out / 'curves.json'} exists ({len(kept.seeds)} seeds × {kept.epochs} epochs): "
+                    "give another --out (nothing is overwritten)"
+                )
+            print(f"{out}: trained already, kept")
+            continue
+        todo.append((overrides, cfg, budget, out))
+    return todo
 
 
 PROGRESS = "progress.pt"  # a set's progress while it trains (every 50 epochs), resumed by a rerun
