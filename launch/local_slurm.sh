@@ -196,7 +196,9 @@ stop_namespaces() {
     ip netns pids "ca-n$i" | xargs -r kill 2>/dev/null || true  # a job's steps left on the node
     ip netns del "ca-n$i" && log "removed namespace ca-n$i"
   done
-  for i in 1 2; do ip link show "ca-h$i" >/dev/null 2>&1 && ip link del "ca-h$i"; done
+  # a namespace's deletion takes its veth pair with it (racing a check here): this only clears a
+  # pair a failed start left behind
+  for i in 1 2; do ip link del "ca-h$i" 2>/dev/null || true; done
   sed -i "/$HOSTS_MARK/d" /etc/hosts
 }
 
