@@ -3,6 +3,9 @@ curve counts the seeds that never learn."""
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
+
 import pytest
 import torch
 from conftest import compose
@@ -374,3 +377,32 @@ def test_a_set_stopped_mid_run_resumes_to_the_same_end(tmp_path):
     assert all(torch.equal(state[k], whole_state[k]) for k in whole_state)
     with pytest.raises(ConfigError, match="progress of another set"):
         train_seeds(cfg, [0, 5], 5, tmp_path, progress=saved)
+
+
+def test_sets_trained_apart_join_into_the_set_trained_at_once(tmp_path, capsys):
+    """Seeds 4 and 0 trained apart, joined, read as seeds 0 and 4 trained together (each seed's
+    curves and probes as its own; float-close: vmap's batch size changes the summation order);
+    another recipe or a shared seed is one error line, nothing written."""
+    from src.sandbox.join import join, main
+
+    cfg = compose(SMALL, tmp_path)
+    together, _ = train_seeds(cfg, [0, 4], epochs=3, data_dir=tmp_path, probe_every=1)
+    for seed in (4, 0):
+        part, _ = train_seeds(cfg, [seed], epochs=3, data_dir=tmp_path, probe_every=1)
+        (tmp_path / f"s{seed}").mkdir()
+        part.save(tmp_path / f"s{seed}" / "curves.json")
+    assert main([str(tmp_path / "both"), str(tmp_path / "s4"), str(tmp_path / "s0")]) == 0
+    joined = Curves.load(tmp_path / "both" / "curves.json")
+    assert joined.seeds == [0, 4] and len(joined.probe_epochs()) == 3
+    for name in ("acc", "loss", "clustering", "focus"):
+        for mine, theirs in zip(getattr(joined, name), getattr(together, name), strict=True):
+            assert mine == pytest.approx(theirs, rel=1e-4, abs=1e-6), name
+    assert [r["seed"] for r in json.loads((tmp_path / "both" / "seeds.json").read_text())] == [0, 4]
+
+    other = Curves.load(tmp_path / "s0" / "curves.json")
+    with pytest.raises(ConfigError, match="differ in epochs"):
+        join([other, replace(other, seeds=[9], epochs=2)])
+    capsys.readouterr()
+    assert main([str(tmp_path / "again"), str(tmp_path / "s0"), str(tmp_path / "both")]) == 2
+    assert "seeds [0] are in more than one set" in capsys.readouterr().out
+    assert not (tmp_path / "again").exists()
