@@ -15,11 +15,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from .stats import SHARE_MARGIN
+
 Better = Literal["metric", "higher", "lower"]
 
 
 #: measures judged only from seed sets and memory runs (launch/seed_verdicts.py), never from records
 SEED_SET_MEASURES = ("learns_first", "spike_curvature", "clustering_first", "curriculum", "init_source")
+#: those judged by a sign test, whose margin is a share of the discordant seeds away from one half
+SHARE_MEASURES = ("learns_first", "clustering_first", "curriculum")
 
 
 @dataclass(frozen=True)
@@ -42,8 +46,9 @@ class Claim:
     # the smallest effect of interest δ, in the measure's units (accuracy as a fraction): an interval
     # inside ±δ says "no effect as large as the paper's" (*equivalent*). [reading] The paper's own
     # gain where it reports one in the same units; None where it reports none or in other units
-    # (perplexity, κ, epochs), so that no equivalence is claimed. `launch.report --margin KEY=δ`
-    # overrides it.
+    # (perplexity, κ, epochs), so that no equivalence is claimed. P5's sign tests (learns_first,
+    # clustering_first, curriculum): the share of the discordant seeds' distance from one half,
+    # SHARE_MARGIN ([reading]: P5 gives no number). `launch.report --margin KEY=δ` overrides it.
     margin: float | None = None
     # the *primary* reading (a conf/reading/ file), chosen from the paper's text before any run
     # (docs/methods.md, "Primary readings"): its row is the claim's answer; the others are
@@ -253,6 +258,7 @@ CLAIMS: list[Claim] = [
         MODADD,
         experiment="paper/p5",
         paper="seen in its figures; no number",
+        margin=SHARE_MARGIN,
     ),
     Claim(
         "P5-curriculum",
@@ -265,6 +271,7 @@ CLAIMS: list[Claim] = [
         MODADD,
         experiment="paper/p5_curriculum",
         paper="seen in its figures; no number",
+        margin=SHARE_MARGIN,
     ),
     Claim(
         "P5-init",
@@ -294,6 +301,7 @@ CLAIMS: list[Claim] = [
             MODADD,
             experiment="paper/p5",
             paper="not asked",
+            margin=SHARE_MARGIN,
             primary=primary,
         )
         for variant, primary in (

@@ -320,9 +320,10 @@ def read_exports_csv(path: Path) -> list[dict[str, Any]]:
 
 def parse_margins(items: list[str]) -> dict[str, float]:
     """``["P2-image=0.01"]`` as ``{"P2-image": 0.01}``; a ValueError naming what is wrong."""
-    from .claims import CLAIMS
+    from .claims import CLAIMS, SHARE_MEASURES
 
     keys = [c.key for c in CLAIMS]
+    share_claims = {c.key for c in CLAIMS if c.measure in SHARE_MEASURES}
     margins = {}
     for item in items:
         key, _, value = item.partition("=")
@@ -334,19 +335,25 @@ def parse_margins(items: list[str]) -> dict[str, float]:
             raise ValueError(f"--margin {item}: {value!r} is not a number (e.g. {key}=0.01)") from None
         if not margins[key] > 0:
             raise ValueError(f"--margin {item}: a margin is a positive effect size")
+        if key in share_claims and not margins[key] < 0.5:
+            raise ValueError(
+                f"--margin {item}: {key}'s margin is a share's distance from one half, below 0.5"
+            )
     return margins
 
 
-def seed_sets(roots: list[Path]) -> tuple[list[str], dict[str, bytes]]:
+def seed_sets(
+    roots: list[Path], margins: dict[str, float] | None = None
+) -> tuple[list[str], dict[str, bytes]]:
     """P5's seed sets under ``roots`` (:func:`src.sandbox.success.report_section`), then P5's
-    claims judged from them (:mod:`launch.seed_verdicts`)."""
+    claims judged from them (:mod:`launch.seed_verdicts`; ``margins`` as :func:`build`'s)."""
     from src.sandbox.success import load_sets, report_section
 
     from .seed_verdicts import load_memories, section, seed_verdicts
 
     sets = load_sets(roots)
     lines, pngs = report_section(sets)
-    return lines + section(seed_verdicts(sets, memories=load_memories(roots))), pngs
+    return lines + section(seed_verdicts(sets, memories=load_memories(roots), margins=margins)), pngs
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -375,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.runs and not args.wandb:
         parser.error("give run folders, --wandb ENTITY/PROJECT, or both")
     runs = read_runs(args.runs) + (read_wandb(args.wandb) if args.wandb else [])
-    seed_lines, seed_pngs = seed_sets(args.runs)
+    seed_lines, seed_pngs = seed_sets(args.runs, margins)
     if not runs and seed_lines:  # only seed sets (python -m src.sandbox.seeds): their section alone
         out = args.out or args.runs[0] / "report"
         text = "# Results\n" + "\n".join(seed_lines) + "\n"

@@ -16,8 +16,12 @@ A claim of :mod:`launch.claims` on ``modadd`` is judged here when its measure is
                   learned (≥ 95% test accuracy) first in one of the two, the share that did under
                   the variant, with its exact 95% interval; the exact sign test
                   (:func:`launch.time_to_quality.sign_test`); *reproduced* when it says faster
-                  (one-sided 2.5%), *contradicted* when slower. The sign test has no margin: no
-                  *equivalent*. The claim's readings on one backbone are a family, Holm-adjusted.
+                  (one-sided 2.5%), *contradicted* when slower, *equivalent* when TOST puts the
+                  share inside ``0.5 ± margin`` (the claim's margin, :data:`launch.stats.SHARE_MARGIN`
+                  by default; exact binomial tests at 5% each). An open row's note gives the
+                  discordant seeds the margin takes (80% power, :func:`launch.stats.pairs_needed`)
+                  and, at the set's rate of discordant seeds, the seeds. The claim's readings on
+                  one backbone are a family, Holm-adjusted (each side and the equivalence).
 
 ``spike_curvature``  from a ``memory.json`` of ``python -m src.sandbox.memory`` (P5's associative
                   memory under gradient descent), per learning rate with spikes: per seed, the
@@ -31,13 +35,14 @@ A claim of :mod:`launch.claims` on ``modadd`` is judged here when its measure is
                   first rise of its η² by the partial sum, :func:`src.sandbox.stages.emergence`)
                   against the epoch it learned; among the seeds where one came more than a probe
                   interval before the other, the share where the head came first [exact 95%],
-                  the exact sign test; *reproduced* when first (one-sided 2.5%). Seeds that
+                  the exact sign test (its margin as ``learns_first``'s); *reproduced* when first
+                  (one-sided 2.5%). Seeds that
                   learned with no ended rise, and never-learners whose head formed, are counted
                   in the note.
 ``curriculum``    each set fine-tuned from another's weights (``--init-from``, P5's curriculum)
                   against the set of the same setting trained from scratch, paired by seed: the
-                  counts and the sign test of ``learns_first``, the fine-tuned set in the
-                  variant's place.
+                  counts, the sign test and the margin of ``learns_first``, the fine-tuned set in
+                  the variant's place.
 ``init_source``   within a fine-tuned set: the share that learned among the seeds whose source
                   seed had learned, minus the share among those whose source had not, with
                   Newcombe's 95% interval (:func:`launch.stats.difference_interval`) and Fisher's
@@ -86,12 +91,13 @@ class SeedVerdict:
     seeds: int
     adjusted: str = ""
     folder: str = ""  # the set's folder (a grid's cell: its name)
+    p_equivalent: float | None = None  # TOST's, where the claim has a margin
 
     @property
     def verdict(self) -> str:
         if self.p_for is None:
             return "no data" if self.n == 0 else "inconclusive"
-        return stats.three_way(self.p_for, self.p_against, None)
+        return stats.three_way(self.p_for, self.p_against, self.p_equivalent)
 
     @property
     def primary(self) -> bool:
@@ -188,32 +194,34 @@ def learns_first_verdict(claim: Claim, curves: Curves, base: Curves) -> SeedVerd
     """One set of the claim's variant against the ``standard`` set of its setting, paired by seed
     (the counts and the sign test of :func:`src.sandbox.success.compare`)."""
     standard, here = compare({"standard": base, "here": curves}, "standard")
-    n = here.faster + here.slower
-    low, high = binomtest(here.faster, n).proportion_ci(0.95, method="exact") if n else (None, None)
     note = (
         f"learned first here / in standard: {here.faster} / {here.slower}; learned by epoch "
         f"{curves.epochs}: {here.learned} / {standard.learned} of {len(curves.seeds)}"
     )
-    return set_row(
-        claim,
-        curves,
-        n,
-        here.faster / n if n else None,
-        low,
-        high,
-        here.p_faster if n else None,
-        here.p_slower if n else None,
-        note,
-    )
+    return share_verdict(claim, curves, here.faster, here.slower, note)
 
 
 def share_verdict(claim: Claim, curves: Curves, first: int, second: int, note: str) -> SeedVerdict:
-    """A sign test: ``first`` of ``first + second`` discordant seeds on the claim's side."""
+    """A sign test: ``first`` of ``first + second`` discordant seeds on the claim's side, with TOST
+    against the claim's margin and, while open, the seeds the margin would take."""
     n = first + second
-    low, high = binomtest(first, n).proportion_ci(0.95, method="exact") if n else (None, None)
-    p_for = binomtest(first, n, alternative="greater").pvalue if n else None
-    p_against = binomtest(first, n, alternative="less").pvalue if n else None
-    return set_row(claim, curves, n, first / n if n else None, low, high, p_for, p_against, note)
+    if not n:
+        return set_row(claim, curves, 0, None, None, None, None, None, note)
+    low, high = binomtest(first, n).proportion_ci(0.95, method="exact")
+    p_for, p_against, p_eq = stats.share_tests(first, n, claim.margin)
+    row = replace(set_row(claim, curves, n, first / n, low, high, p_for, p_against, note), p_equivalent=p_eq)
+    if claim.margin is not None and row.verdict == "inconclusive":
+        row = replace(row, note=f"{note}; {settles_at(claim.margin, n, len(curves.seeds))}")
+    return row
+
+
+def settles_at(margin: float, discordant: int, seeds: int) -> str:
+    """What a sign test's margin takes: discordant seeds for 80% power, and seeds at this rate."""
+    needed = stats.pairs_needed(margin)
+    if needed is None:
+        return f"a share of 0.5 ± {margin:g} takes more than 1,000 discordant seeds"
+    rate = f" ≈ {math.ceil(needed * seeds / discordant):,} seeds at this set's rate" if discordant else ""
+    return f"a share of 0.5 ± {margin:g} takes {needed} discordant seeds (80% power){rate}"
 
 
 def clustering_verdict(claim: Claim, curves: Curves) -> SeedVerdict:
@@ -284,10 +292,13 @@ def seed_verdicts(
     sets: list[tuple[Path, Curves]],
     claims: list[Claim] = CLAIMS,
     memories: list[tuple[Path, dict]] = (),
+    margins: dict[str, float] | None = None,
 ) -> list[SeedVerdict]:
     """Every ``modadd`` claim of :data:`MEASURES` on every seed set (or memory.json) it applies to;
     a variant's set is judged only against the ``standard`` set of its setting: the same overrides
-    but the variant's, the same seeds and epochs (:func:`src.sandbox.success.setting`)."""
+    but the variant's, the same seeds and epochs (:func:`src.sandbox.success.setting`).
+    ``margins`` (``{claim key: δ}``) replaces the claims' own, as ``launch.report --margin``."""
+    claims = [replace(c, margin=(margins or {}).get(c.key, c.margin)) for c in claims]
     out: list[SeedVerdict] = []
     standards = {setting(c): c for _, c in sets if c.variant == "standard"}
     for claim in (c for c in claims if c.measure in MEASURES and "modadd" in c.tasks):
@@ -334,11 +345,16 @@ def seed_verdicts(
 
 
 def adjust(family: list[SeedVerdict]) -> list[SeedVerdict]:
-    """Holm over one claim's readings on one backbone, each side separately."""
+    """Holm over one claim's readings on one backbone, each side and the equivalence separately."""
     tested = [v for v in family if v.p_for is not None]
     p_for = stats.holm([v.p_for for v in tested])
     p_against = stats.holm([v.p_against for v in tested])
-    adjusted = {id(v): stats.three_way(f, a, None) for v, f, a in zip(tested, p_for, p_against, strict=True)}
+    with_margin = [v.p_equivalent for v in tested if v.p_equivalent is not None]
+    p_eq = iter(stats.holm(with_margin)) if len(with_margin) == len(tested) else None
+    adjusted = {
+        id(v): stats.three_way(f, a, next(p_eq) if p_eq else None)
+        for v, f, a in zip(tested, p_for, p_against, strict=True)
+    }
     return [replace(v, adjusted=adjusted.get(id(v), v.verdict)) for v in family]
 
 
@@ -359,7 +375,8 @@ def section(found: list[SeedVerdict]) -> list[str]:
         "the sign test; `curriculum`: `learns_first` with the fine-tuned set against the same seeds from "
         "scratch; `init_source`: the share that learned from a source seed that had learned minus the "
         "share from one that had not [Newcombe 95%], by Fisher's exact test (launch/seed_verdicts.py). "
-        "`†` the claim's primary reading.",
+        "A share is *equivalent* when TOST puts it inside 0.5 ± the claim's margin "
+        f"(default {stats.SHARE_MARGIN:g}, [reading]; `--margin KEY=δ`). `†` the claim's primary reading.",
         "",
         "| claim | backbone | reading | set | budget | n | statistic [95%] | verdict (Holm) | note |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",

@@ -13,7 +13,10 @@ From those differences this module gives
   are one family: trying six readings and quoting the one that clears zero is six tries);
 * :func:`min_detectable_effect` and :func:`seeds_needed`: the smallest effect a paired t-test over
   ``n`` seeds detects with 80% power at the verdict's level, from the differences' spread, and the
-  seeds it would take to detect the margin.
+  seeds it would take to detect the margin;
+* :func:`share_tests` and :func:`pairs_needed`: the same three p-values for a sign test (P5's
+  "which arm learned first" over the seeds where the arms differ), its margin a share of those
+  seeds away from one half, and the discordant seeds it takes to detect that margin.
 
 Levels: a one-sided test at 2.5% on each side (what a 95% two-sided interval excluding 0 means)
 and TOST at 5% (the 90% interval inside ``±margin``), as in clinical equivalence trials
@@ -29,6 +32,10 @@ from dataclasses import dataclass
 SIDE_ALPHA = 0.025  # one-sided level of "reproduced" and "contradicted" (a 95% interval excludes 0)
 EQUIV_ALPHA = 0.05  # TOST's level (the 90% interval inside ±margin)
 POWER = 0.80
+# [reading] the sign tests' margin (P5 gives no number): one arm first in at least 70% of the seeds
+# where the arms differ is an effect of interest; a share whose 90% interval lies inside
+# (0.3, 0.7) says "no effect that large" (about 7:3 odds, a gap of a few seeds in ten)
+SHARE_MARGIN = 0.2
 
 
 @dataclass(frozen=True)
@@ -186,3 +193,34 @@ def seeds_needed(sd: float, effect: float, cap: int = 1000, target: float = POWE
         mid = (low + high) // 2
         low, high = (mid + 1, high) if power(effect, sd, mid) < target else (low, mid)
     return low
+
+
+def share_tests(k: int, n: int, margin: float | None = None) -> tuple[float, float, float | None]:
+    """Exact one-sided p-values for ``k`` of ``n`` discordant seeds on the claim's side:
+    ``(p for, p against, p equivalent)``, the last TOST's for a share inside ``0.5 ± margin``
+    (None without a margin). ``n`` must be positive."""
+    from scipy.stats import binom
+
+    p_for, p_against = float(binom.sf(k - 1, n, 0.5)), float(binom.cdf(k, n, 0.5))
+    if margin is None:
+        return p_for, p_against, None
+    above_low = binom.sf(k - 1, n, 0.5 - margin)  # H0: share ≤ 0.5 − margin
+    below_high = binom.cdf(k, n, 0.5 + margin)  # H0: share ≥ 0.5 + margin
+    return p_for, p_against, float(max(above_low, below_high))
+
+
+def pairs_needed(
+    margin: float, target: float = POWER, alpha: float = SIDE_ALPHA, cap: int = 1000
+) -> int | None:
+    """The fewest discordant seeds at which the one-sided exact sign test at ``alpha`` detects a
+    share of ``0.5 + margin`` with ``target`` power (the exact test's power is not monotone in
+    the count: the first count that reaches it); None past ``cap``."""
+    import numpy as np
+    from scipy.stats import binom
+
+    for n in range(1, cap + 1):
+        counts = np.arange(n + 1)
+        significant = counts[binom.sf(counts - 1, n, 0.5) < alpha]  # the verdict's rule: p < alpha
+        if significant.size and binom.sf(significant[0] - 1, n, 0.5 + margin) >= target:
+            return n
+    return None

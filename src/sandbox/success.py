@@ -10,10 +10,12 @@ accuracy of every seed after every epoch). For each set, one row:
   interval and the number censored; "not reached" when fewer than half the seeds learn;
 * **against the baseline** (the first set, or ``--baseline``), paired by seed, which both sets
   must share: the seeds that learned first in each (a seed learns first when it gets there and
-  the other does not, or gets there at an earlier epoch; :func:`launch.time_to_quality.sign_test`),
-  the exact sign test's one-sided p-values, and the verdict *faster* / *slower* / *inconclusive*
-  at 2.5% a side, raw and after Holm over the sets compared (the same rule as every verdict,
-  docs/methods.md#verdicts). No equivalence is claimed: the sign test has no margin.
+  the other does not, or gets there at an earlier epoch),
+  the exact sign test's one-sided p-values, and the verdict *faster* / *slower* at 2.5% a side,
+  *equivalent* when TOST puts the share of those seeds that learned first here inside
+  ``0.5 ± margin`` (:data:`launch.stats.SHARE_MARGIN`, ``--margin``; 5% each side), else
+  *inconclusive*, raw and after Holm over the sets compared (the same rule as every verdict,
+  docs/methods.md#verdicts).
 
 The figure (``--out``) draws each set's success-by-epoch curve (:func:`.seeds.draw_success`).
 """
@@ -28,13 +30,13 @@ from pathlib import Path
 
 from scipy.stats import binomtest
 
-from launch.stats import holm
-from launch.time_to_quality import Median, km_median, sign_test
+from launch.stats import SHARE_MARGIN, holm, share_tests
+from launch.time_to_quality import Median, km_median
 from src.errors import ConfigError
 
 from .curves import SUCCESS, Curves, draw_clustering, draw_success, first_success
 
-SIDE = 0.025
+SIDE, EQUIVALENT = 0.025, 0.05
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,7 @@ class Row:
     slower: int | None = None
     p_faster: float | None = None
     p_slower: float | None = None
+    p_equivalent: float | None = None  # TOST's, for a share inside 0.5 ± the margin
     verdict: str = ""
     adjusted: str = ""
 
@@ -64,12 +67,17 @@ def arrivals(curves: Curves, threshold: float = SUCCESS) -> list[tuple[float, bo
     return out
 
 
-def verdict(p_faster: float, p_slower: float) -> str:
-    return "faster" if p_faster < SIDE else "slower" if p_slower < SIDE else "inconclusive"
+def verdict(p_faster: float, p_slower: float, p_equivalent: float | None = None) -> str:
+    if p_faster < SIDE or p_slower < SIDE:
+        return "faster" if p_faster < SIDE else "slower"
+    return "equivalent" if p_equivalent is not None and p_equivalent < EQUIVALENT else "inconclusive"
 
 
-def compare(named: dict[str, Curves], baseline: str, threshold: float = SUCCESS) -> list[Row]:
-    """One :class:`Row` per set, the baseline first; the others paired with it by seed."""
+def compare(
+    named: dict[str, Curves], baseline: str, threshold: float = SUCCESS, margin: float | None = SHARE_MARGIN
+) -> list[Row]:
+    """One :class:`Row` per set, the baseline first; the others paired with it by seed (``margin``:
+    the sign test's, None for no equivalence)."""
     base = named[baseline]
     rows: list[Row] = []
     for name, curves in named.items():
@@ -88,7 +96,9 @@ def compare(named: dict[str, Curves], baseline: str, threshold: float = SUCCESS)
             paired = list(zip(arrivals(base, threshold), seeds, strict=True))
             first = [r[1] and (not b[1] or r[0] < b[0]) for b, r in paired]
             later = [b[1] and (not r[1] or b[0] < r[0]) for b, r in paired]
-            p_faster, p_slower = sign_test([b for b, _ in paired], [r for _, r in paired])
+            p_faster, p_slower, p_eq = 1.0, 1.0, None  # no discordant seed: nothing to test
+            if sum(first) + sum(later):
+                p_faster, p_slower, p_eq = share_tests(sum(first), sum(first) + sum(later), margin)
             row = Row(
                 **{
                     **row.__dict__,
@@ -96,7 +106,8 @@ def compare(named: dict[str, Curves], baseline: str, threshold: float = SUCCESS)
                     "slower": sum(later),
                     "p_faster": p_faster,
                     "p_slower": p_slower,
-                    "verdict": verdict(p_faster, p_slower),
+                    "p_equivalent": p_eq,
+                    "verdict": verdict(p_faster, p_slower, p_eq),
                 }
             )
         rows.append(row)
@@ -104,8 +115,10 @@ def compare(named: dict[str, Curves], baseline: str, threshold: float = SUCCESS)
     if others:
         adjusted_for = holm([rows[i].p_faster for i in others])
         adjusted_against = holm([rows[i].p_slower for i in others])
-        for i, pf, ps in zip(others, adjusted_for, adjusted_against, strict=True):
-            rows[i] = Row(**{**rows[i].__dict__, "adjusted": verdict(pf, ps)})
+        tested = [rows[i].p_equivalent for i in others if rows[i].p_equivalent is not None]
+        adjusted_eq = holm(tested) if len(tested) == len(others) else [None] * len(others)
+        for i, pf, ps, pe in zip(others, adjusted_for, adjusted_against, adjusted_eq, strict=True):
+            rows[i] = Row(**{**rows[i].__dict__, "adjusted": verdict(pf, ps, pe)})
     return rows
 
 
@@ -376,6 +389,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=SUCCESS,
         help=f"test accuracy that counts as learned (default {SUCCESS}; 1.0: P5's code's own criterion)",
     )
+    parser.add_argument(
+        "--margin",
+        type=float,
+        default=SHARE_MARGIN,
+        help=f"the sign test's equivalence margin, a share's distance from one half (default {SHARE_MARGIN}; "
+        "0: no equivalence)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="draw the success-by-epoch curves here (PNG)")
     args = parser.parse_args(argv)
     folders = ([args.baseline] if args.baseline else []) + [f for f in args.folders if f != args.baseline]
@@ -397,7 +417,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if not 0 < args.threshold <= 1:
             raise ConfigError(f"--threshold {args.threshold}: give a test accuracy in (0, 1]")
-        print(table(compare(named, next(iter(named)), args.threshold), args.threshold))
+        if not 0 <= args.margin < 0.5:
+            raise ConfigError(f"--margin {args.margin}: give a share's distance from one half in [0, 0.5)")
+        margin = args.margin or None
+        print(table(compare(named, next(iter(named)), args.threshold, margin), args.threshold))
     except ConfigError as error:
         print(f"error: {error}")
         return 2

@@ -11,6 +11,7 @@ from scipy.stats import binomtest
 
 from launch.claims import CLAIMS
 from launch.seed_verdicts import reading_of, seed_verdicts
+from launch.stats import SHARE_MARGIN, pairs_needed
 from src.sandbox.curves import Curves
 
 PRECOND = {"variant": "precond", "eps": 1e-6, "detach": True, "gain": False}
@@ -158,3 +159,26 @@ def test_newcombes_interval_matches_his_worked_example():
 
     low, high = difference_interval(56, 70, 48, 80)
     assert (low, high) == pytest.approx((0.0524, 0.3339), abs=1e-4)
+
+
+def test_balanced_first_learners_are_equivalent_within_the_margin_and_an_open_row_says_what_settles_it():
+    """60 discordant seeds split 30 / 30: TOST puts the share inside 0.5 ± 0.2 (equivalent, raw and
+    after Holm), not at a margin of 0.05, whose note names the discordant seeds it takes; 8 split
+    5 / 3 (every seed discordant) stay open, the seeds to settle equal to the discordant ones."""
+    standard = learning_at([20] * 30 + [10] * 30 + [None] * 4, total=40)
+    balanced = learning_at([10] * 30 + [20] * 30 + [None] * 4, PRECOND, total=40)
+    sets = [(Path("s"), standard), (Path("p"), balanced)]
+    (row,) = seed_verdicts(sets, claims("learns_first", "precond"))
+    assert (row.n, row.value, row.verdict, row.adjusted) == (60, 0.5, "equivalent", "equivalent")
+    assert row.p_equivalent < 0.05 and row.claim.margin == SHARE_MARGIN
+    (narrow,) = seed_verdicts(sets, claims("learns_first", "precond"), margins={"P5-precond": 0.05})
+    assert narrow.verdict == "inconclusive" and f"takes {pairs_needed(0.05)} discordant seeds" in narrow.note
+
+    few = [
+        (Path("s"), learning_at([20] * 5 + [10] * 3)),
+        (Path("p"), learning_at([10] * 5 + [20] * 3, PRECOND)),
+    ]
+    (open_row,) = seed_verdicts(few, claims("learns_first", "precond"))
+    needed = pairs_needed(SHARE_MARGIN)
+    assert open_row.verdict == "inconclusive"
+    assert f"takes {needed} discordant seeds (80% power) ≈ {needed} seeds at this set's rate" in open_row.note

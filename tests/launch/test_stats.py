@@ -74,6 +74,42 @@ def test_the_seeds_needed_are_the_fewest_with_80_percent_power():
     assert stats.seeds_needed(sd, 1e-6) is None  # past the cap
 
 
+def test_the_sign_tests_equivalence_is_the_90_percent_exact_interval_inside_the_margin():
+    """TOST with exact binomial tests at 5% a side says *equivalent* exactly when the 90%
+    Clopper–Pearson interval of the share lies inside ``0.5 ± margin``; its one-sided p-values are
+    the exact sign test's."""
+    from scipy.stats import binomtest
+
+    for n in (10, 40, 97):
+        for k in range(n + 1):
+            p_for, p_against, p_eq = stats.share_tests(k, n, 0.2)
+            assert p_for == pytest.approx(binomtest(k, n, alternative="greater").pvalue)
+            assert p_against == pytest.approx(binomtest(k, n, alternative="less").pvalue)
+            low, high = binomtest(k, n).proportion_ci(0.90, method="exact")
+            assert (p_eq < 0.05) == (0.3 < low and high < 0.7), (k, n)
+    assert stats.share_tests(3, 5)[2] is None
+
+
+def test_the_discordant_seeds_needed_are_the_fewest_whose_sign_test_has_80_percent_power():
+    """Power by simulation at the returned count; no smaller count reaches 80% (exact power
+    computed from scipy's binomial test, not the module's own rule)."""
+    from scipy.stats import binom, binomtest
+
+    def exact_power(n: int, share: float) -> float:
+        critical = next(
+            k for k in range(n + 2) if k > n or binomtest(k, n, alternative="greater").pvalue < 0.025
+        )
+        return float(binom.sf(critical - 1, n, share)) if critical <= n else 0.0
+
+    needed = stats.pairs_needed(0.2)
+    assert exact_power(needed, 0.7) >= 0.8 > max(exact_power(n, 0.7) for n in range(1, needed))
+    draws = np.random.default_rng(0).binomial(needed, 0.7, size=2000)
+    simulated = np.mean([binomtest(int(k), needed, alternative="greater").pvalue < 0.025 for k in draws])
+    assert simulated == pytest.approx(exact_power(needed, 0.7), abs=0.03)
+    assert 40 < needed < 60  # the normal approximation's ((0.98 + 0.84·0.46) / 0.2)² ≈ 47
+    assert stats.pairs_needed(0.001) is None  # past the cap
+
+
 def test_on_null_experiments_holm_keeps_a_family_of_six_readings_under_five_percent():
     """2,000 null experiments, 5 seeds × 6 readings sharing standard's seeds: quoting whichever
     reading clears zero gives a false "reproduced" far more often than Holm's family-wise rate."""
@@ -124,7 +160,7 @@ def test_without_a_margin_no_equivalent_verdict_and_the_row_says_so():
     assert "none declared" in "\n".join(claims_section([v]))
 
 
-@pytest.mark.parametrize("item", ["P9=0.01", "P2-image=big", "P2-image=-0.01"])
+@pytest.mark.parametrize("item", ["P9=0.01", "P2-image=big", "P2-image=-0.01", "P5-precond=0.5"])
 def test_a_bad_margin_is_one_line_and_status_2(item, tmp_path, capsys):
     from launch import report
 
