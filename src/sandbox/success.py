@@ -213,10 +213,30 @@ def grid_sets(sets: Sequence[Curves]) -> list[Curves]:
     return [c for group, _ in grid_groups(sets).values() for c in group]
 
 
+#: what P5 says of each ablation its code sweeps, in words (it prints no number for any of them);
+#: "no statement" where the text the suite holds (docs/methods.md) says nothing of the key
+P5_SAYS = {
+    "backbone.model.init_scale": 'P5 (abstract) analyses "the effects of initialization and curriculum '
+    'learning" on these dynamics, with no number',
+    **dict.fromkeys(
+        (
+            "optim.lr",
+            "task.batch_size",
+            "backbone.model.ffn_dim",
+            "optim.mlp_lr_discount",
+            "backbone.model.ffn_bias",
+        ),
+        "P5 states no result for this sweep in the text the suite holds (its code's grid sweeps it: "
+        "facebookresearch/pal, projects/visualization/configs.py); its recipe is the reference",
+    ),
+}
+
+
 def grid_section(backbone: str, sets: Sequence[Curves]) -> tuple[list[str], dict[str, bytes]]:
     """Where a backbone's sets of one variant form a grid over one or two keys (2 sets or more):
-    a table of each cell's success and epochs to learn, and the figure P5 draws of it (success
-    rate against the first key, one line per value of the second). Nothing otherwise."""
+    a table of each cell's success and epochs to learn, what P5 says of the keys
+    (:data:`P5_SAYS`), and the figure P5 draws of it (success rate against the first key, one line
+    per value of the second). Nothing otherwise."""
     lines: list[str] = []
     pngs: dict[str, bytes] = {}
     for variant, (group, keys) in grid_groups(sets).items():
@@ -237,6 +257,7 @@ def grid_section(backbone: str, sets: Sequence[Curves]) -> tuple[list[str], dict
                 f"| {' | '.join(values.values())} | {row.seeds} × {c.epochs} | {row.learned} of {row.seeds} "
                 f"[{row.low:.0%}, {row.high:.0%}] | {row.median} |"
             )
+        lines += [f"\n`{k}`: {P5_SAYS[k]}." for k in keys if k in P5_SAYS]
         buffer = io.BytesIO()
         draw_grid([(values, row) for values, row, _ in cells], keys, buffer)
         pngs[name] = buffer.getvalue()

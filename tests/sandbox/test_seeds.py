@@ -18,7 +18,7 @@ from src.engine.record.files import read_metrics
 from src.errors import ConfigError
 from src.sandbox.curves import Curves, first_success, seed_table, success_by_epoch
 from src.sandbox.seeds import parse_seeds, train_seeds
-from src.sandbox.success import compare
+from src.sandbox.success import P5_SAYS, compare
 
 SMALL = [
     "task=modadd",
@@ -229,6 +229,7 @@ def test_a_sweep_trains_one_set_per_cell_and_the_report_draws_the_grid(tmp_path,
     assert report([str(tmp_path), "--out", str(tmp_path / "report")]) == 0
     text = (tmp_path / "report" / "report.md").read_text()
     assert "success against `optim.lr`" in text and "| 0.01 | 2 × 2 |" in text
+    assert f"`optim.lr`: {P5_SAYS['optim.lr']}." in text  # beside P5's word on the key
     assert (tmp_path / "report" / "p5_grid_sandbox_standard.png").stat().st_size > 1000
     # precond (lr 3e-3) is paired with the standard cell of lr 3e-3, the other cells are the grid's
     assert "attn=precond" in text and "Not paired" not in text
