@@ -292,7 +292,9 @@ class MultiHeadSandbox(_Embedded):
     final state is read out through the tied embedding. ``dim`` must be a multiple of
     ``num_heads`` (with ``dim = 2``: ``num_heads`` 1 or 2). ``query_residual=False`` makes the
     blocks :class:`QueryBlock` s: the query token's state is the attention's output alone, as
-    P5's pooled token is (conf/backbone/sandbox_multihead.yaml says which setting learns).
+    P5's pooled token is. ``query_in_keys=False`` masks the query token out of every block's keys:
+    it reads the tokens and is read by none, itself included, as P5's learned query
+    (conf/backbone/sandbox_multihead.yaml says which setting learns).
     """
 
     def __init__(
@@ -308,11 +310,13 @@ class MultiHeadSandbox(_Embedded):
         num_embeddings: int | None = None,
         query_residual: bool = True,
         init_scale: float = 1.0,
+        query_in_keys: bool = True,
     ) -> None:
         if dim % num_heads:
             raise ConfigError(f"sandbox_multihead: dim={dim} is not a multiple of num_heads={num_heads}")
         super().__init__(num_embeddings or vocab_size, seq_len, dim, init_scale)
         self.query_token = nn.Parameter(torch.randn(1, 1, dim) * init_scale)  # like the embeddings
+        self.query_in_keys = query_in_keys
         block = Block if query_residual else QueryBlock
         self.blocks = nn.Sequential(
             *(
@@ -331,8 +335,21 @@ class MultiHeadSandbox(_Embedded):
         tokens = self.embed(x)
         return torch.cat([self.query_token.expand(x.shape[0], -1, -1), tokens], dim=1)
 
+    def _key_mask(self, tokens: Tensor) -> Tensor | None:
+        """``(1, 1, 1, 1 + L)`` bool, true = attend: every key but the query token's, or None
+        (every key) with ``query_in_keys``."""
+        if self.query_in_keys:
+            return None
+        return (torch.arange(tokens.shape[1], device=tokens.device) > 0).view(1, 1, 1, -1)
+
+    def _blocks(self, h: Tensor) -> Tensor:  # (B, 1 + L, D) -> (B, 1 + L, D)
+        mask = self._key_mask(h)
+        for block in self.blocks:
+            h = block(h, attn_mask=mask)
+        return h
+
     def forward(self, x: Tensor) -> Tensor:  # (B, L) -> (B, V)
-        return self.readout(self.blocks(self._tokens(x))[:, 0])
+        return self.readout(self._blocks(self._tokens(x))[:, 0])
 
     def token_entry(self, where: Where = "block") -> TokenEntry:
         """``block``: the first block's input ``(B, 1 + L, D)`` (query token and positions
@@ -349,8 +366,9 @@ class MultiHeadSandbox(_Embedded):
         with capture_probs(attns) as probs:
             h = self._tokens(x)  # (B, 1 + L, D)
             trace.clouds["embedded"] = h
+            mask = self._key_mask(h)
             for i, block in enumerate(self.blocks):
-                h = block(h)
+                h = block(h, attn_mask=mask)
                 trace.clouds[f"block{i}"] = h
         trace.clouds["output"] = h[:, 0]
         trace.attention = {name: p[:, :, 0] for name, p in probs.items()}  # (B, H, 1 + L)

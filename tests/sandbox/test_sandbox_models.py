@@ -149,6 +149,28 @@ def test_without_its_residual_the_query_token_is_attentions_output_and_the_other
     torch.testing.assert_close(pooled(x), pooled.readout(ours[:, 0]))
 
 
+@pytest.mark.parametrize("fused", [True, False], ids=["sdpa", "explicit"])
+def test_a_query_out_of_the_keys_gets_no_attention_and_reads_the_tokens_as_without_it(fused):
+    """``query_in_keys=False``: no token attends to the query token (its probability 0 in the
+    trace), and the query token's attention output equals timm's attention over the L tokens
+    alone with the query prepended only as a reader (computed by hand from the same weights)."""
+    torch.manual_seed(0)
+    model = MultiHeadSandbox(vocab_size=2, seq_len=12, num_heads=2, query_in_keys=False)
+    attn = model.blocks[0].attn
+    attn.fused_attn = fused
+    x = torch.randint(0, 2, (8, 12))
+    probs = model.trace(x).attention["block0"]  # (B, H, 1 + L)
+    assert torch.all(probs[:, :, 0] == 0) and torch.allclose(probs.sum(-1), torch.ones(8, 2))
+    normed = model.blocks[0].norm1(model._tokens(x))  # (B, 1 + L, D)
+    q, k, v = attn.qkv(normed).reshape(8, 13, 3, 2, 1).permute(2, 0, 3, 1, 4)  # (B, H, 1 + L, 1) each
+    weights = (q[:, :, :1] @ k[:, :, 1:].transpose(-2, -1) * attn.scale).softmax(-1)  # (B, H, 1, L)
+    by_hand = attn.proj((weights @ v[:, :, 1:]).transpose(1, 2).reshape(8, 2))  # (B, D)
+    torch.testing.assert_close(attn(normed, attn_mask=model._key_mask(normed))[:, 0], by_hand)
+    keyed = MultiHeadSandbox(vocab_size=2, seq_len=12, num_heads=2)
+    keyed.load_state_dict(model.state_dict())
+    assert not torch.allclose(keyed(x), model(x))  # the mask changes the model
+
+
 def test_cond_tokens_still_reaches_the_blocks_without_the_query_residual():
     """The hook on the first block's input is a hook on the module: the subclass keeps it."""
     torch.manual_seed(0)
