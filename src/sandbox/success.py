@@ -30,13 +30,11 @@ from pathlib import Path
 
 from scipy.stats import binomtest
 
-from launch.stats import SHARE_MARGIN, holm, share_tests
+from launch.stats import SHARE_MARGIN, holm, share_tests, three_way
 from launch.time_to_quality import Median, km_median
 from src.errors import ConfigError
 
 from .curves import SUCCESS, Curves, draw_clustering, draw_success, first_success
-
-SIDE, EQUIVALENT = 0.025, 0.05
 
 
 @dataclass(frozen=True)
@@ -68,9 +66,9 @@ def arrivals(curves: Curves, threshold: float = SUCCESS) -> list[tuple[float, bo
 
 
 def verdict(p_faster: float, p_slower: float, p_equivalent: float | None = None) -> str:
-    if p_faster < SIDE or p_slower < SIDE:
-        return "faster" if p_faster < SIDE else "slower"
-    return "equivalent" if p_equivalent is not None and p_equivalent < EQUIVALENT else "inconclusive"
+    """Every verdict's three-way rule (:func:`launch.stats.three_way`), in this table's words."""
+    found = three_way(p_faster, p_slower, p_equivalent)
+    return {"reproduced": "faster", "contradicted": "slower"}.get(found, found)
 
 
 def compare(
