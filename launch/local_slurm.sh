@@ -9,9 +9,10 @@
 #
 # SLURM_LOCAL_NODES=2 starts two nodes instead of one, for multi-node jobs: several slurmd on one
 # address need a build with --enable-multiple-slurmd (per-node ports), which this script does not
-# assume of Debian's (not tried), so each node is a network namespace made here (ca-n1, ca-n2: a veth pair each, 10.211.<i>.2 inside,
-# 10.211.<i>.1 on the host, the host forwarding between them), its own slurmd inside, its name in
-# /etc/hosts (the lines marked "local_slurm", removed by stop). Both nodes share the host's CPUs
+# assume of Debian's (not tried), so each node is a network namespace made here (ca-n1, ca-n2: a
+# veth pair each, 10.211.<i>.2 inside, 10.211.<i>.1 on the host, the host forwarding between
+# them), its own slurmd inside, its name in /etc/hosts (the lines marked "local_slurm", removed by
+# stop). Both nodes share the host's CPUs
 # and files; the controller answers at 10.211.1.1. The host's name resolves to 127.0.0.1 inside
 # every node, so a multi-node job names its interface: export GLOO_SOCKET_IFNAME=ca0 (each node's
 # link is called ca0; on a real cluster the host name resolves to the node's own address).
