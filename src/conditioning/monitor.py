@@ -30,6 +30,10 @@ Keys: ``kappa/<q>/median`` and ``kappa/<q>/max`` over the whole model, and with
 ``entropy/P/…`` and ``bound/…`` likewise. With ``nonzero_rtol`` every κ
 is taken over the singular values above ``nonzero_rtol · σ_max``; the bound always uses
 the non-zero rule for ``Λ(P)`` (docs/methods.md#condition-numbers, ``1e-7``).
+
+Precision: everything is computed in fp32 (the singular values in float64), with autocast off and
+TF32 off whatever the caller's context (:func:`~.precision.full_fp32`), and float16/bfloat16 inputs
+made float32: a bf16 training run logs the κ an fp32 run would for the same weights and batch.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from src.attention import AttentionConfigError, AttentionSite, find_sites, find_
 
 from .jacobian import jacobian_bound
 from .kappa import kappa, kappa_from_gram
+from .precision import as_fp32, full_fp32
 
 
 class ConditioningMonitor:
@@ -68,13 +73,14 @@ class ConditioningMonitor:
 
     @torch.no_grad()
     def weights(self) -> dict[str, float]:
-        """κ of the effective per-head ``W_Q``, ``W_K``, ``W_V`` (no forward pass needed)."""
+        """κ of the effective per-head ``W_Q``, ``W_K``, ``W_V`` (no forward pass needed), in fp32."""
         values: dict[str, dict[str, Tensor]] = defaultdict(dict)
-        for site in self.sites:
-            for key, w in site.head_weights().items():  # (H, D, d)
-                values[f"kappa/{key}"][site.name] = kappa_from_gram(w, self.nonzero_rtol)
-        if self.entry is not None and self.entry.causal:
-            values["kappa/tokens"]["table"] = self._table_kappa()
+        with full_fp32():  # a parametrized weight (spectral's W + C) is computed here
+            for site in self.sites:
+                for key, w in site.head_weights().items():  # (H, D, d)
+                    values[f"kappa/{key}"][site.name] = kappa_from_gram(w, self.nonzero_rtol)
+            if self.entry is not None and self.entry.causal:
+                values["kappa/tokens"]["table"] = self._table_kappa()
         return self._summarise(values)
 
     def _table_kappa(self) -> Tensor:
@@ -85,8 +91,11 @@ class ConditioningMonitor:
 
     @torch.no_grad()
     def __call__(self, *args: Any, **kwargs: Any) -> dict[str, float]:
-        """Weights and activations: one forward, in eval mode, on the first ``samples`` inputs."""
-        captured = self._forward(*_first(args, self.samples), **_first(kwargs, self.samples))
+        """Weights and activations: one forward, in eval mode and fp32 (module docstring), on the
+        first ``samples`` inputs."""
+        args, kwargs = as_fp32(_first(args, self.samples)), as_fp32(_first(kwargs, self.samples))
+        with full_fp32():
+            captured = self._forward(*args, **kwargs)
         values: dict[str, dict[str, Tensor]] = defaultdict(dict)
         for site in self.sites:
             seen = captured[site.name]

@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 from torch import Tensor, nn
 
+from src.conditioning.precision import full_fp32
+
 
 @dataclass
 class Snapshot:
@@ -74,11 +76,13 @@ class Snapshot:
 
 
 def take_snapshot(model: nn.Module, x: Tensor, y: Tensor, sums: Tensor, k: int, step: int) -> Snapshot:
-    """Trace ``model`` (a sandbox model: it has ``trace(x)``) on the probe batch ``x``."""
+    """Trace ``model`` (a sandbox model: it has ``trace(x)``) on the probe batch ``x``, in fp32 with
+    autocast off whatever the caller's (:func:`src.conditioning.precision.full_fp32`)."""
     was_training = model.training
     model.eval()
     try:
-        trace = model.trace(x)
+        with full_fp32():
+            trace = model.trace(x)
     finally:
         model.train(was_training)
 

@@ -5,7 +5,8 @@ normalization (and feed-forward) layers: where a norm's input nears the origin i
 Jacobian's largest eigenvalue ``1/(rms(x) + eps)`` explodes. :class:`SpikeDetector` flags
 the steps whose training loss exceeds ``factor`` times the running median of the previous
 ``window`` losses; :func:`grad_norms` and :func:`norm_jacobian_max` give the numbers to log
-beside each. The detector's state is plain floats, so a checkpoint can carry it.
+beside each. The detector's state is plain floats, so a checkpoint can carry it. The norms'
+curvature is measured in fp32 whatever the run's precision (:func:`src.conditioning.precision.full_fp32`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+
+from src.conditioning.precision import as_fp32, full_fp32
 
 
 class SpikeDetector:
@@ -86,7 +89,8 @@ def grad_norms(model: nn.Module) -> dict[str, float]:
 @torch.no_grad()
 def norm_jacobian_max(model: nn.Module, *inputs: Any) -> dict[str, float]:
     """For each module with a ``jacobian_max(x)`` method (the sandbox's RMSNorm), the largest
-    eigenvalue of its Jacobian over every row it sees in one forward pass of ``inputs``."""
+    eigenvalue of its Jacobian over every row it sees in one forward pass of ``inputs``, in fp32
+    with autocast off."""
     seen: dict[str, float] = {}
     handles = [
         module.register_forward_pre_hook(
@@ -96,7 +100,8 @@ def norm_jacobian_max(model: nn.Module, *inputs: Any) -> dict[str, float]:
         if callable(getattr(module, "jacobian_max", None))
     ]
     try:
-        model(*inputs)
+        with full_fp32():
+            model(*as_fp32(inputs))
     finally:
         for h in handles:
             h.remove()

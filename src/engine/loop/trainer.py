@@ -295,8 +295,8 @@ class Trainer:
                 collate_fn=self.task.collate_fn,
             )
             self._monitor_batch = to_device(next(iter(loader)), self.dist.device)
-        with self.autocast:
-            return self.monitor(*self.task.model_inputs(self._monitor_batch))
+        # in fp32 with autocast off whatever trainer.precision says: the monitor sees to it
+        return self.monitor(*self.task.model_inputs(self._monitor_batch))
 
     def _log_train(self, throughput: float) -> dict[str, float]:
         state = self.state
