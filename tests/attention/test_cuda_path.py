@@ -1,9 +1,10 @@
 """What each variant's step does on a GPU, shown without one: no host sync in a training step, no
 decomposition in bf16 under autocast, and buffers that follow the model to another device.
 
-On a CUDA device a ``.item()``, ``.tolist()``, ``.cpu()`` or a Python ``bool``/``float`` of a
-tensor waits for the GPU; here each is made to raise while one forward and backward of every
-variant runs on a narrow timm ViT (the GPU check, ``launch/gpu_check.py``, counts CUDA's own
+On a CUDA device a ``.item()``, ``.tolist()``, ``.cpu()``, ``.numpy()`` or a Python
+``bool``/``float``/``int`` of a tensor waits for the GPU; here each is made to raise
+(:func:`syncs.forbidden`, the instrument the loop's own test counts with) while one forward and
+backward of every variant runs on a narrow timm ViT (the GPU check, ``launch/gpu_check.py``, counts CUDA's own
 reports of them, and those inside torch's own kernels, such as a CUDA factorisation's error
 check, which only a GPU shows). Decompositions square or invert singular values, which bf16's 8 bits of
 mantissa cannot carry: every ``torch.linalg`` factorisation a variant calls under CPU bf16
@@ -12,16 +13,14 @@ autocast is recorded with its input's dtype.
 
 from __future__ import annotations
 
-import contextlib
-
 import pytest
 import timm
 import torch
+from syncs import forbidden
 
 from launch.bench import FORMS
 from src import attention
 
-SYNCS = ("item", "tolist", "cpu", "__bool__", "__float__", "__int__")
 FACTORISATIONS = ("svd", "svdvals", "eigh", "eigvalsh", "qr", "cholesky", "inv", "solve")
 #: the forms (launch.bench's: each variant at its defaults, and the options that change the work)
 #: that factorise a matrix: in the forward pass (spectral's svd mode, cond_tokens) or at init
@@ -33,19 +32,6 @@ def narrow_vit() -> torch.nn.Module:
     return timm.create_model(
         "vit_base_patch16_224", img_size=32, depth=2, embed_dim=64, num_heads=2, num_classes=10
     )
-
-
-@contextlib.contextmanager
-def forbidden(monkeypatch: pytest.MonkeyPatch):
-    """Every host sync of a tensor raises inside the block (the names in SYNCS)."""
-    with monkeypatch.context() as patch:
-        for name in SYNCS:
-
-            def refuse(*args, _name=name, **kwargs):
-                raise AssertionError(f"Tensor.{_name} in the training step: a host sync on a GPU")
-
-            patch.setattr(torch.Tensor, name, refuse)
-        yield
 
 
 @pytest.mark.parametrize("form", list(FORMS))

@@ -9,7 +9,10 @@ the checkpoint is and how the run resumes. The entry point records it (``failure
 ``failed`` summary: the run is incomplete, not failed) and ends with :func:`exit_preempted`: the
 line, the signal's earlier Python handler (submitit's, which requeues the job), or a requeue of
 its own for SIGUSR1 under SLURM (``scontrol requeue``, as Lightning does), and exit status
-128+signal. Under DDP all processes stop at the same step.
+128+signal. Under DDP all processes stop at the same step: the one where they agree on the signal,
+in the reduction the loop reads its losses with (:mod:`.readings`), at its next logging,
+validation, monitor or checkpoint step, so at most ``trainer.log_every`` steps after the signal
+(every step where the loop reads every step); with one process, at the end of the step it arrives in.
 """
 
 from __future__ import annotations
@@ -20,12 +23,13 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any, NoReturn
 
 import torch
+from torch import Tensor
 
 from src.errors import SuiteError
 
@@ -98,14 +102,24 @@ class PreemptionGuard:
         if self.signum is None:
             self.signum = signum
 
+    def noted(self, device: torch.device) -> Tensor:
+        """``(len(SIGNALS),)`` on ``device``: 1 for the signal this process noted, else 0; summed
+        over the processes (with the loop's losses, :mod:`.readings`) it says who noted what."""
+        return torch.tensor([float(self.signum == s) for s in SIGNALS], device=device)
+
+    def agreed(self, counts: Sequence[float]) -> int | None:
+        """The signal to stop on, from :meth:`noted` summed over the processes: this process's own,
+        else the first that any process noted, else None. A signal any process noted stops all."""
+        named = [int(s) for s, count in zip(SIGNALS, counts, strict=True) if count]
+        return self.signum or (named[0] if named else None)
+
     def stop_signal(self, dist: Dist) -> int | None:
-        """The signal to stop on at this step boundary, the same on every process: with DDP a
-        signal any process noted stops all (one all-reduce per step, only when world > 1)."""
+        """The signal to stop on now, the same on every process: with one process the one noted;
+        with DDP one all-reduce of :meth:`noted`. (The shared loop agrees on it in the reduction
+        it reads its losses with, at its boundaries: :mod:`.readings`.)"""
         if dist.world == 1:
             return self.signum
-        noted = torch.tensor([float(self.signum == s) for s in SIGNALS], device=dist.device)
-        agreed = [int(s) for s, count in zip(SIGNALS, dist.all_sum(noted).tolist(), strict=True) if count]
-        return self.signum or (agreed[0] if agreed else None)
+        return self.agreed(dist.all_sum(self.noted(dist.device)).tolist())
 
     def chained(self, signum: int) -> Handler | None:
         """The Python handler ``signum`` had before the guard (submitit's requeue), or None."""

@@ -3,6 +3,16 @@ checkpoints and resume. Classification, LRA, LM and the sandbox all train here. 
 ``trainer.*`` says, SIGTERM, SIGUSR1 or SIGUSR2 (SLURM's preemption and time-limit signals) stop
 it at the next step boundary with ``last.pt`` saved, and a rerun resumes (:mod:`.preemption`).
 
+A step neither reads the device nor adds a collective: the losses stay on the device until the
+next *boundary* (a step that logs, validates, runs the monitor or saves, and the last), where one
+reduction reads them with the stop signal (:mod:`.readings`). A non-finite loss found there stops
+the run, naming its own step, before anything is logged or saved: no checkpoint is ever written
+after a non-finite step (:meth:`Trainer._save` reads first). Where a decision needs the step's own
+loss before its update, the loop reads every step (one reduction, one read): with
+``trainer.nonfinite=skip``, which must skip that very batch, and for a task that overrides
+:meth:`~src.engine.task.Task.after_backward`, which takes the step's loss as a float (the sandbox's
+``modadd``).
+
 Longer than the suite's 300 lines because the loop is one object whose state a checkpoint
 carries whole (:class:`LoopState`): its step, skip accounting, validation and resume share that
 state, and split apart they would each need all of it.
@@ -16,7 +26,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 import torch
 from omegaconf import DictConfig
@@ -31,14 +41,13 @@ from ..distributed import Dist
 from ..record import checkpoint
 from ..record.recorder import Recorder, kept_best
 from ..record.session import Session
+from ..task import Task
 from . import evaluation
 from .batching import BatchPlan, plan_batch
 from .data import BatchStream, Position, eval_loader, to_device
 from .preemption import Preempted, PreemptionGuard
 from .progress import make_progress
-
-if TYPE_CHECKING:
-    from ..task import Task
+from .readings import PendingLosses, reduce_readings
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +114,13 @@ class Trainer:
         self.state = LoopState()
         self.saved_step: int | None = None  # the step of the newest checkpoint
         self._hook_metrics: dict[str, float] | None = None
+        # the steps whose loss is not read yet (:mod:`.readings`); read every step where a decision
+        # needs it before the update: skipping that very batch, or a task's after_backward
+        self.pending = PendingLosses()
+        hook = type(task).after_backward is not Task.after_backward
+        self.reads_every_step = cfg.nonfinite == "skip" or hook
+        self.guard: PreemptionGuard | None = None
+        self.agreed_signal: int | None = None  # with several processes: the last reduction's
 
     # -- the loop ------------------------------------------------------------------------
 
@@ -123,17 +139,18 @@ class Trainer:
             self._at_init()
         started, window_start, window_samples = time.monotonic(), time.monotonic(), 0
         with contextlib.closing(progress), PreemptionGuard() as guard:
+            self.guard = guard
             self.model.train()
             while state.step < self.total_steps:
-                loss = self._optimizer_step(batches)
+                self._optimizer_step(batches)
                 window_samples += self.batch.global_batch
                 state.step += 1
                 self.recorder.trained_to(state.step)
                 if self._hook_metrics:
                     self._log("train", self._hook_metrics)
                     self._hook_metrics = None
-                if loss is not None:
-                    state.window_loss, state.window_steps = state.window_loss + loss, state.window_steps + 1
+                if self._boundary(state.step) or self._stop_signal() is not None:
+                    self._settle()  # the one read: losses, non-finite check, the agreed signal
                 if state.step % cfg.log_every == 0 or state.step == self.total_steps:
                     elapsed = time.monotonic() - window_start
                     stats = self._log_train(window_samples / max(elapsed, 1e-9))
@@ -145,9 +162,53 @@ class Trainer:
                     self._validate()
                 if state.step % cfg.checkpoint_every == 0 or state.step == self.total_steps:
                     started = self._checkpoint(started)
-                if (signum := guard.stop_signal(self.dist)) is not None:
+                if (signum := self._stop_signal()) is not None:
                     self._preempted(signum, guard.chained(signum), started)
         return state
+
+    def _boundary(self, step: int) -> bool:
+        """Whether ``step`` logs, validates, runs the monitor or saves (or is the last): where the
+        pending losses are read. The same on every process (the config's alone)."""
+        cfg = self.cfg
+        every = (cfg.log_every, cfg.val_every, cfg.monitor_every, cfg.checkpoint_every)
+        return step == self.total_steps or any(k and step % k == 0 for k in every)
+
+    def _stop_signal(self) -> int | None:
+        """The signal to stop on at this step: with one process the one noted (a Python attribute,
+        no read of the device), at every step; with several, the one the processes agreed on in
+        the last reduction (at the last boundary, or this step where the loop reads every step)."""
+        if self.dist.world == 1:
+            return self.guard.signum if self.guard is not None else None
+        return self.agreed_signal
+
+    def _settle(self, agree: bool = True) -> None:
+        """Read the pending losses and, with several processes (and ``agree``), agree on the stop
+        signal: one all-reduce and one host read (:func:`.readings.reduce_readings`), none when
+        there is nothing to read. Each step's loss joins the logging window in order; the first
+        non-finite one stops the run (:meth:`_non_finite`) before anything after it is logged or
+        saved. Called at every boundary and before every checkpoint, on every process."""
+        for step, mean in zip(*self._reduce(agree), strict=True):
+            if not math.isfinite(mean):
+                self._non_finite(step, mean)  # deferred reads only under nonfinite=stop: it raises
+            self._finite(step, mean)
+
+    def _reduce(self, agree: bool) -> tuple[list[int], list[float]]:
+        """The pending steps and their losses' means over the processes, read in one reduction with
+        (several processes and ``agree``) the stop flags, whose agreed signal it keeps."""
+        several = agree and self.guard is not None and self.dist.world > 1
+        flags = self.guard.noted(self.dist.device) if several else None
+        steps, losses = self.pending.take()
+        means, counts = reduce_readings(self.dist, losses, flags)
+        if flags is not None:
+            self.agreed_signal = self.guard.agreed(counts)
+        return steps, means
+
+    def _finite(self, step: int, mean: float) -> None:
+        """Step ``step``'s loss (the mean over its micro-batches and processes) was finite."""
+        state = self.state
+        state.window_loss, state.window_steps = state.window_loss + mean, state.window_steps + 1
+        state.last_finite_loss, state.last_finite_step = mean, step
+        state.skipped_in_row = 0
 
     def _checkpoint(self, started: float) -> float:
         """Save ``last.pt``, adding the training time since ``started``; when the next period starts."""
@@ -174,9 +235,11 @@ class Trainer:
             position=self.state.position,
         )
 
-    def _optimizer_step(self, batches) -> float | None:
-        """One optimizer update over ``accumulate`` micro-batches; the mean loss, or None if skipped."""
-        cfg, total = self.cfg, torch.zeros((), device=self.dist.device)
+    def _optimizer_step(self, batches) -> None:
+        """One optimizer update over ``accumulate`` micro-batches. Its loss stays on the device,
+        pending, unless the loop reads every step (module docstring): then it is read here, with
+        the stop signal, and a non-finite one skips the update or stops."""
+        cfg, step, total = self.cfg, self.state.step + 1, torch.zeros((), device=self.dist.device)
         accumulate = self.batch.accumulate  # trainer.accumulate with one process
         for micro in range(accumulate):
             batch = to_device(next(batches), self.dist.device)
@@ -187,20 +250,21 @@ class Trainer:
             loss.backward()
             total += loss.detach()
         self.state.position = self.stream.position
-        mean = (self.dist.all_sum(total) / self.dist.world).item()
-        if not math.isfinite(mean):
-            return self._non_finite(mean)
+        self.pending.add(step, total)  # read at the next boundary (:meth:`_settle`), or now:
+        mean = self._reduce(agree=True)[1][0] if self.reads_every_step else None
+        if mean is not None and not math.isfinite(mean):
+            return self._non_finite(step, mean)
         if cfg.clip_grad:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip_grad)
-        self._hook_metrics = self.task.after_backward(self.raw_model, self.state.step + 1, mean)
+        if mean is not None:
+            self._hook_metrics = self.task.after_backward(self.raw_model, step, mean)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        self.scheduler.step_update(self.state.step + 1)
+        self.scheduler.step_update(step)
         if self.ema is not None:
-            self.ema.update(self.raw_model, step=self.state.step + 1)
-        self.state.last_finite_loss, self.state.last_finite_step = mean, self.state.step + 1
-        self.state.skipped_in_row = 0
-        return mean
+            self.ema.update(self.raw_model, step=step)
+        if mean is not None:
+            self._finite(step, mean)
 
     def skip_limits(self) -> tuple[int, int]:
         """``(in a row, in all)``: how many non-finite batches ``trainer.nonfinite=skip`` skips
@@ -209,10 +273,11 @@ class Trainer:
         total = self.cfg.nonfinite_limit_total or max(in_row, math.ceil(0.01 * self.total_steps))
         return in_row, total
 
-    def _non_finite(self, value: float) -> None:
-        """Skip the batch (``trainer.nonfinite=skip``, up to :meth:`skip_limits`), or stop, naming
-        the step, the last finite loss, the checkpoint kept and what resumes from it."""
-        step, state = self.state.step + 1, self.state
+    def _non_finite(self, step: int, value: float) -> None:
+        """Skip the batch of ``step`` (``trainer.nonfinite=skip``, which reads every step, up to
+        :meth:`skip_limits`), or stop, naming the step, the last finite loss, the checkpoint kept
+        and what resumes from it; the session counts as trained to the step before."""
+        state = self.state
         self.optimizer.zero_grad(set_to_none=True)
         reason = ""
         if self.cfg.nonfinite == "skip":
@@ -241,6 +306,7 @@ class Trainer:
             if self.saved_step is not None and not reason
             else ""
         )
+        self.recorder.trained_to(step - 1)
         raise NonFiniteLoss(
             f"loss is {value} at step {step}{reason}; last finite loss {last}; checkpoint kept: {kept}. "
             f"{resume}To change the recipe (a lower optim.lr, trainer.clip_grad), start a new record: "
@@ -316,6 +382,7 @@ class Trainer:
     # -- checkpoints ---------------------------------------------------------------------
 
     def _save(self) -> None:
+        self._settle(agree=False)  # a pending non-finite loss stops here: no checkpoint after one
         state = self.state
         if not self.cfg.get("checkpoints", True):  # debug=fdr: nothing a later run could resume
             return
