@@ -34,7 +34,7 @@ from src.errors import SuiteError, message_of
 from .compatible import check_compatible, compatible_backbones  # noqa: F401  (re-exported)
 from .distributed import Dist
 from .loop.batching import plan_for
-from .loop.numerics import flush_denormals
+from .loop.numerics import flush_denormals, restore_tf32, use_tf32
 from .loop.preemption import Preempted
 from .loop.seeding import seed_everything
 from .loop.shared_loop import fit_shared
@@ -64,11 +64,12 @@ def train(cfg: DictConfig, run_dir: Path | str, hydra_files: dict[str, str] | No
 
 @contextlib.contextmanager
 def processes(cfg: DictConfig) -> Iterator[Dist]:
-    """The run's processes (one, or DDP's), its CPU threads and denormal flushing, all restored
-    after the run."""
+    """The run's processes (one, or DDP's), its CPU threads, denormal flushing and TF32 (on a CUDA
+    device, :func:`.loop.numerics.use_tf32`), all restored after the run."""
     dist = Dist.setup(cfg.trainer.device)
     threads = torch.get_num_threads()
     flushed = flush_denormals(bool(cfg.trainer.get("flush_denormal")) and dist.device.type == "cpu")
+    tf32 = use_tf32(dist.device)
     try:
         if cfg.trainer.get("threads"):  # tiny models run fastest on one CPU thread
             torch.set_num_threads(cfg.trainer.threads)
@@ -77,6 +78,7 @@ def processes(cfg: DictConfig) -> Iterator[Dist]:
         dist.close()
         torch.set_num_threads(threads)
         flush_denormals(flushed)
+        restore_tf32(tf32)
         # The run's model sits in reference cycles (config nodes, hooks, the trainer and its
         # recorder) that only the cyclic collector frees: free it now, before the next run of
         # this process (a local multirun, the bench, the tests) builds another.

@@ -137,6 +137,28 @@ def test_a_cpu_run_flushes_denormals_unless_told_not_and_restores_the_mode_after
     assert seen == [True, False, False]
 
 
+@pytest.mark.parametrize("device, inside", [("cuda", ("high", True)), ("cpu", ("highest", False))])
+def test_tf32_is_on_where_a_run_takes_a_cuda_device_and_restored_after(tmp_path, monkeypatch, device, inside):
+    """Where the run picks its device (``processes``, as training and ``python -m src.eval`` do): a
+    CUDA device gets TF32 matmuls and convolutions (the device stubbed: no GPU is touched); a CPU
+    leaves the switches as they were; both are put back after the run."""
+    from src.engine.distributed import Dist
+    from src.engine.experiment import processes
+
+    monkeypatch.setattr(Dist, "setup", classmethod(lambda cls, _: cls(0, 1, torch.device(device))))
+    before = torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32
+    torch.set_float32_matmul_precision("highest")
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        with processes(compose([], tmp_path)) as dist:
+            assert dist.device.type == device
+            assert (torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32) == inside
+        assert (torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32) == ("highest", False)
+    finally:
+        torch.set_float32_matmul_precision(before[0])
+        torch.backends.cudnn.allow_tf32 = before[1]
+
+
 def test_a_finished_run_leaves_no_model_behind_for_the_next_run_of_the_process(tmp_path):
     """A local multirun, the bench and the sweep tests train many runs in one process: each run's
     model (held in reference cycles) must be freed when it ends, not when the collector next runs."""
