@@ -13,7 +13,16 @@ generator's device and moved to the ids' device, so the masks do not depend on w
 :func:`indexed_mask_tokens` seeds one generator per sample from its index: evaluation masks that
 are the same in every validation of every run.
 
-Sparse prediction (Cramming's): :func:`masked_logits` runs the decoder on the masked positions only.
+Sparse prediction (Cramming's): :func:`masked_logits` runs the decoder on the masked positions only,
+without a host sync. Picking them with the boolean mask (``states[mask]``) gives a tensor whose
+shape depends on the values: on a GPU the host waits for the mask, once per micro-batch. Cramming
+gathers a fixed number of positions instead (``argsort`` of the mask, the last
+``round(sparse_prediction · B·N)``), which is exact because its data masks a fixed share of every
+batch. Here the number masked varies (each token is drawn), so the number of positions gathered is
+a bound known on the host: the draws are made on the CPU generator, and the tokens drawn under
+``prob`` (:func:`selection_bound`) include every masked one (specials drawn too are never masked).
+:func:`masked_positions` lists the masked positions first, in the order ``x[mask]`` lists them,
+then unmasked ones up to the bound, marked invalid; the loss ignores those. The loss is the same.
 """
 
 from __future__ import annotations
@@ -62,6 +71,25 @@ def apply(
     return inputs, selected
 
 
+def selection_bound(select: Tensor, prob: float) -> int:
+    """How many positions :func:`apply` can select at most from the uniforms ``select`` (see
+    :func:`draw`): those under ``prob``, specials included. Read where the draws are: on the CPU
+    generator's host tensors it waits for no GPU; on any other device it is every position."""
+    if select.device.type != "cpu":
+        return select.numel()
+    return int((select < prob).sum())
+
+
+def masked_positions(mask: Tensor, bound: int) -> tuple[Tensor, Tensor]:
+    """``(positions (K,), valid (K,))`` with ``K = min(bound, B·N)``: the flat indices of the masked
+    entries of ``mask (B, N)``, in the row-major order ``x[mask]`` gives, then unmasked ones
+    (``valid`` false); with ``bound`` at least the number masked, every masked one is there. Shapes
+    fixed by ``bound``, known on the host: no sync."""
+    flat = mask.flatten()  # (B·N,)
+    order = torch.argsort((~flat).to(torch.uint8), stable=True)[: min(bound, flat.numel())]  # masked first
+    return order, flat[order]
+
+
 def mask_tokens(
     ids: Tensor,
     prob: float,
@@ -87,12 +115,19 @@ def indexed_mask_tokens(
     """:func:`mask_tokens` of ``ids`` ``(B, N)`` with row ``b`` masked by a CPU generator seeded
     ``EVAL_SEED + indices[b]``: each sample's mask is a function of its index alone (not of the
     batch it is in, the run's seed or anything drawn before)."""
+    return apply(ids, indexed_draws(ids.shape, indices, vocab_size, special_ids), prob, special_ids, mask_id)
+
+
+def indexed_draws(
+    shape: torch.Size, indices: Sequence[int] | Tensor, vocab_size: int, special_ids: Sequence[int]
+) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`draw`'s numbers for a batch of ``shape (B, N)``, row ``b`` from a CPU generator seeded
+    ``EVAL_SEED + indices[b]`` (the indices read on the host)."""
     rows = [
-        draw(ids.shape[1:], vocab_size, special_ids, torch.Generator().manual_seed(EVAL_SEED + int(i)))
+        draw(shape[1:], vocab_size, special_ids, torch.Generator().manual_seed(EVAL_SEED + int(i)))
         for i in torch.as_tensor(indices).tolist()
     ]
-    draws = tuple(torch.stack(parts) for parts in zip(*rows, strict=True))  # 3 × (B, N)
-    return apply(ids, draws, prob, special_ids, mask_id)
+    return tuple(torch.stack(parts) for parts in zip(*rows, strict=True))  # 3 × (B, N)
 
 
 def unwrap(model: nn.Module) -> nn.Module:
@@ -106,12 +141,14 @@ def unwrap(model: nn.Module) -> nn.Module:
             return model
 
 
-def masked_logits(model: nn.Module, inputs: Tensor, mask: Tensor) -> Tensor:
-    """Logits ``(M, V)`` at the ``M`` masked positions. The bare model predicts sparsely (the
-    decoder sees the masked states only); a DDP or compiled wrapper goes through ``forward``
-    (every position's logits, then the masked ones: the same values, more work), since calling
-    the wrapped model's methods would bypass DDP's gradient synchronisation. The model has
-    CrammedBERT's ``encode`` and ``mlm_logits``, and its ``forward`` returns ``(B, N, V)`` logits."""
+def masked_logits(model: nn.Module, inputs: Tensor, positions: Tensor) -> Tensor:
+    """Logits ``(K, V)`` at the flat ``positions (K,)`` of ``inputs (B, N)`` (:func:`masked_positions`).
+    The bare model predicts sparsely (the decoder sees those states only); a DDP or compiled
+    wrapper goes through ``forward`` (every position's logits, then those: the same values, more
+    work), since calling the wrapped model's methods would bypass DDP's gradient synchronisation.
+    The model has CrammedBERT's ``encode`` and ``mlm_logits``, and its ``forward`` returns
+    ``(B, N, V)`` logits."""
     if unwrap(model) is model:
-        return model.mlm_logits(model.encode(inputs, None)[mask])  # (B, N, D) -> (M, D) -> (M, V)
-    return model(inputs)[mask]  # (B, N, V) -> (M, V)
+        hidden = model.encode(inputs, None).flatten(0, 1)[positions]  # (B, N, D) -> (K, D)
+        return model.mlm_logits(hidden)  # (K, V)
+    return model(inputs).flatten(0, 1)[positions]  # (B, N, V) -> (K, V)

@@ -6,7 +6,8 @@ Cramming (Geiping & Goldstein, 2022; ``JonasGeiping/cramming``, ``train/bert-o4.
 (``include_cls_token_in_corpus: False``, ``include_sep_token_in_corpus: True``), cut into
 non-overlapping sequences. BERT's masking (:mod:`tasks.mlm.masking`) hides ``mask_prob`` of the
 tokens, and the prediction is sparse: the encoder's states at the masked positions alone go
-through the decoder, and the loss is their mean cross-entropy.
+through the decoder, and the loss is their mean cross-entropy. They are gathered without a host
+sync (a bound on their number known on the host, :func:`tasks.mlm.masking.masked_positions`).
 
 Validation reports ``val/loss`` (the mean cross-entropy per masked token, in nats: the main metric,
 lower is better), ``val/acc`` (the share of masked tokens predicted exactly) and ``val/ppl``
@@ -42,7 +43,15 @@ from src.errors import ConfigError, DataError
 from tasks.lm.cache import MappedTokens, cached_tokens
 from tasks.lm.corpora import HubDataset, SplitSource, find_split
 
-from .masking import indexed_mask_tokens, mask_tokens, masked_logits, unwrap
+from .masking import (
+    apply,
+    draw,
+    indexed_draws,
+    masked_logits,
+    masked_positions,
+    selection_bound,
+    unwrap,
+)
 from .wordpiece import (
     WordPieceTokenizer,
     cached_wordpiece,
@@ -51,6 +60,7 @@ from .wordpiece import (
 )
 
 TOKENIZERS = ("wordpiece", "bert")
+IGNORE = -100  # the target of a gathered position that is not masked: the loss skips it
 
 
 class PackedSequences(MappedTokens):
@@ -217,29 +227,41 @@ class MaskedLM(Task):
             raise ConfigError(f"backbone.model.max_len={max_len} is shorter than task.seq_len={self.seq_len}")
         return model
 
-    def masks(self, ids: Tensor, indices: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        """``(inputs (B, N), targets_mask (B, N))``: from the training stream, or by sample index."""
+    def masks(self, ids: Tensor, indices: Tensor | None = None) -> tuple[Tensor, Tensor, int]:
+        """``(inputs (B, N), targets_mask (B, N), bound)``: from the training stream, or by sample
+        index; ``bound`` (on the host) is at least the number of masked tokens."""
         tok = self.tokenizer
-        args = (self.mask_prob, tok.vocab_size, tok.special_ids, tok.mask_id)
+        shape, specials = ids.shape, tok.special_ids
         if indices is None:
-            return mask_tokens(ids, *args, self.generator)
-        return indexed_mask_tokens(ids, indices, *args)
+            draws = draw(shape, tok.vocab_size, specials, self.generator)
+        else:
+            draws = indexed_draws(shape, indices, tok.vocab_size, specials)
+        inputs, mask = apply(ids, draws, self.mask_prob, specials, tok.mask_id)
+        return inputs, mask, selection_bound(draws[0], self.mask_prob)
+
+    def masked_targets(
+        self, model: nn.Module, batch: tuple[Tensor, Tensor], indices: Tensor | None = None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """``(logits (K, V) float32, targets (K,), mask (B, N))`` at the gathered positions, the
+        unmasked ones among them with target :data:`IGNORE`; no host sync (module docstring)."""
+        ids = batch[0]  # (B, N)
+        inputs, mask, bound = self.masks(ids, indices)
+        positions, valid = masked_positions(mask, bound)  # (K,), (K,)
+        logits = masked_logits(model, inputs, positions).float()  # (K, V)
+        targets = ids.flatten()[positions].masked_fill(~valid, IGNORE)  # (K,)
+        return logits, targets, mask
 
     def train_loss(self, model: nn.Module, batch: tuple[Tensor, Tensor]) -> Tensor:
-        ids, _ = batch  # (B, N), (B,)
-        inputs, mask = self.masks(ids)
-        logits = masked_logits(model, inputs, mask).float()  # (M, V)
-        loss = F.cross_entropy(logits, ids[mask], reduction="sum")
+        logits, targets, mask = self.masked_targets(model, batch)
+        loss = F.cross_entropy(logits, targets, ignore_index=IGNORE, reduction="sum")
         return loss / mask.sum().clamp_min(1)  # a batch with no masked token (never, in practice): 0
 
-    def eval_sums(self, model: nn.Module, batch: tuple[Tensor, Tensor]) -> dict[str, tuple[Tensor, int]]:
-        ids, index = batch  # (B, N), (B,)
-        inputs, mask = self.masks(ids, index)
-        logits = masked_logits(unwrap(model), inputs, mask).float()  # (M, V)
-        targets = ids[mask]  # (M,)
+    def eval_sums(self, model: nn.Module, batch: tuple[Tensor, Tensor]) -> dict[str, tuple[Tensor, Tensor]]:
+        logits, targets, mask = self.masked_targets(unwrap(model), batch, batch[1])
+        count = mask.sum()  # a tensor: the loop adds it on the device
         return {
-            "val/loss": (F.cross_entropy(logits, targets, reduction="sum"), targets.numel()),
-            "val/acc": ((logits.argmax(-1) == targets).sum(), targets.numel()),
+            "val/loss": (F.cross_entropy(logits, targets, ignore_index=IGNORE, reduction="sum"), count),
+            "val/acc": ((logits.argmax(-1) == targets).sum(), count),  # IGNORE never equals a class
         }
 
     def derived_metrics(self, means: dict[str, float]) -> dict[str, float]:

@@ -17,7 +17,9 @@ from torch import nn
 
 from src.errors import ConfigError, DataError
 from tasks.mlm import SPECIALS, MaskedLM, WordPieceTokenizer, load_bert_vocab, pretrained_tokenizer
+from tasks.mlm.masking import draw as masking_draw
 from tasks.mlm.masking import indexed_mask_tokens, mask_tokens, unwrap
+from tasks.mlm.masking import selection_bound as select_count
 from tasks.mlm.wordpiece import truncate_pair
 
 SMALL = {"name": "mlm", "input": "text", "batch_size": 4, "eval_batch_size": 4, "seq_len": 32}
@@ -229,6 +231,69 @@ def test_the_loss_is_the_dense_cross_entropy_at_the_masked_positions(corpus, tok
     dense = F.cross_entropy(model(inputs).flatten(0, 1), batch[0].flatten(), reduction="none")  # (B·N,)
     assert loss.item() == pytest.approx(dense[mask.flatten()].mean().item(), rel=1e-6)
     assert loss.item() != pytest.approx(dense.mean().item(), rel=1e-3)
+
+
+def boolean_masked_loss(model: nn.Module, ids, inputs, mask) -> torch.Tensor:
+    """The loss as the task computed it before: the masked states picked by the boolean mask, whose
+    result's shape depends on the values (a host sync per micro-batch on a GPU)."""
+    logits = model.mlm_logits(model.encode(inputs)[mask]).float()  # (M, V)
+    return F.cross_entropy(logits, ids[mask], reduction="sum") / mask.sum().clamp_min(1)
+
+
+class Compiled(nn.Module):
+    """Stands for a compiled (or DDP) wrapper: ``unwrap`` sees through it, and the loss takes the
+    dense path through its ``forward``."""
+
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self._orig_mod = inner
+
+    def forward(self, ids):
+        return self._orig_mod(ids)
+
+
+def test_the_sync_free_loss_is_the_boolean_masked_one_and_makes_no_device_read(tokenizer, monkeypatch):
+    """Cramming's micro-batch (128 sequences of 128 tokens, 40 of them drawn): the loss gathered at a
+    bound known on the host equals the boolean-masked loss, on the bare model's sparse path and a
+    wrapper's dense one; the bound is every masked position plus the specials drawn under mask_prob
+    (here 10% of the tokens are specials; packed Wikipedia has a [SEP] per document, so the decoder
+    sees under 1% more positions); and the step reads nothing on the device and
+    has no data-dependent shape (the CPU generator's draws, host work, left out), where the
+    boolean-masked loss had two such ops."""
+    from syncs import SyncAudit
+
+    import tasks.mlm.task as module
+
+    task, model = mlm(seq_len=128), StandIn(tokenizer.vocab_size)
+    task.tokenizer, audit = tokenizer, SyncAudit()
+    monkeypatch.setattr(module, "draw", lambda *a: audit_paused(audit, masking_draw, *a))
+    monkeypatch.setattr(module, "selection_bound", lambda *a: audit_paused(audit, select_count, *a))
+    for b in range(40):
+        ids = sample_ids(128, 128, tokenizer.vocab_size, seed=b)
+        state = task.generator.get_state()
+        with audit.active(monkeypatch):
+            loss = task.train_loss(model, (ids, torch.arange(128)))
+        assert audit.events == [], audit.events
+        task.generator.set_state(state)
+        wrapped = task.train_loss(Compiled(model), (ids, torch.arange(128)))
+        task.generator.set_state(state)
+        inputs, mask = mask_tokens(ids, 0.15, tokenizer.vocab_size, tokenizer.special_ids, 4, task.generator)
+        with audit.active(monkeypatch):
+            before = boolean_masked_loss(model, ids, inputs, mask)
+        assert audit.names() == {"index": 2}  # states[mask] and ids[mask]
+        audit.events.clear()
+        torch.testing.assert_close(loss, before, rtol=1e-6, atol=0)
+        torch.testing.assert_close(wrapped, before, rtol=1e-6, atol=0)
+        task.generator.set_state(state)
+        select = masking_draw(ids.shape, tokenizer.vocab_size, tokenizer.special_ids, task.generator)[0]
+        drawn_specials = (select < 0.15) & torch.isin(ids, torch.tensor(tokenizer.special_ids))
+        task.generator.set_state(state)
+        assert task.masks(ids)[2] == int(mask.sum()) + int(drawn_specials.sum())  # the extra positions
+
+
+def audit_paused(audit, function, *args):
+    with audit.paused():
+        return function(*args)
 
 
 def test_wrapped_models_are_unwrapped_for_evaluation():
