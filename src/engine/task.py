@@ -177,7 +177,9 @@ class Task:
     def after_backward(self, model: nn.Module, step: int, loss: float) -> dict[str, float] | None:
         """Called after backward and clipping, before ``optimizer.step()`` (gradients in ``.grad``;
         ``step`` counts from 1, ``loss`` is the step's mean); the metrics it returns are logged at
-        ``step`` (split ``train``)."""
+        ``step`` (split ``train``). A task that overrides it makes the shared loop read the loss
+        every step, a host sync per step on a GPU, which the loop otherwise reads once per logging
+        interval (:mod:`src.engine.loop.readings`)."""
         return None
 
     def after_validation(self, model: nn.Module, step: int, run_dir: Path, final: bool) -> None:
