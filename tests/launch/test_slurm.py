@@ -112,12 +112,14 @@ def wait_moving(done: Callable[[], bool], roots: list[Path], slurm_env: dict, wh
     return time.monotonic() - start
 
 
-def start_sweep(args: list[str], cwd: Path, slurm_env: dict, name: str) -> subprocess.Popen:
+def start_sweep(
+    args: list[str], cwd: Path, slurm_env: dict, name: str, launcher: list[str] = ON_LOCAL_CLUSTER
+) -> subprocess.Popen:
     """``python -m src.run -m <args> sweep_name=<name>`` on the cluster, its output in ``cwd/<name>.out``."""
     env = {**os.environ, **slurm_env, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled"}
     with open(cwd / f"{name}.out", "w") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "src.run", "-m", *args, f"sweep_name={name}", *ON_LOCAL_CLUSTER, *QUIET],
+            [sys.executable, "-m", "src.run", "-m", *args, f"sweep_name={name}", *launcher, *QUIET],
             cwd=cwd,
             env=env,
             stdout=out,
@@ -224,33 +226,48 @@ def job_pids(job_id: str, slurm_env: dict) -> list[int]:
     return pids
 
 
-def stopped(pid: int) -> bool:
-    """Whether ``pid`` is stopped (state T); a process that is gone is not."""
+def waiting(pid: int, signum: int) -> bool:
+    """Whether ``pid`` is stopped (state T) without ``signum`` pending; a process that is gone is not."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
-    except (OSError, IndexError):
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
         return False
+    fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
+    pending = int(fields["ShdPnd"], 16) | int(fields["SigPnd"], 16)
+    return fields["State"].startswith("T") and not pending & (1 << (signum - 1))
 
 
 @contextlib.contextmanager
-def frozen(job_id: str, slurm_env: dict) -> Iterator[list[int]]:
-    """The job's training processes stopped (SIGSTOP) inside the block, so that what is done
-    there (a requeue) reaches them at the step they had reached, however slow the machine is.
-    SLURM sends SIGCONT before the SIGTERM of a requeue; on leaving, whatever is still stopped a
-    minute later gets SIGCONT from here."""
+def frozen(job_id: str, slurm_env: dict, signum: int, processes: int) -> Iterator[list[int]]:
+    """The job's ``processes`` training processes stopped (SIGSTOP) inside the block, so that
+    ``signum``, sent there (a requeue's SIGTERM, a time limit's SIGUSR2), reaches them at the step
+    they had reached, however slow the machine is. On leaving, once ``signum`` is pending on each
+    (or SLURM has resumed it: it sends SIGCONT before a requeue's SIGTERM), each gets SIGCONT."""
     pids = job_pids(job_id, slurm_env)
-    assert len(pids) == 2, f"job {job_id}: expected one training process per node, found {pids}"
+    assert len(pids) == processes, f"job {job_id}: expected {processes} training processes, found {pids}"
     for pid in pids:
         os.kill(pid, signal.SIGSTOP)
     try:
         yield pids
     finally:
         deadline = time.monotonic() + 60
-        while any(stopped(pid) for pid in pids) and time.monotonic() < deadline:
-            time.sleep(0.2)
+        while any(waiting(pid, signum) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.1)
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
+
+
+def wait_for_step(step: int, launcher: subprocess.Popen, root: Path, slurm_env: dict) -> float:
+    """Wait (:func:`wait_moving`) until the sweep under ``root`` has logged ``step``; the seconds it took."""
+
+    def reached() -> bool:
+        found = list(root.glob("**/metrics.jsonl"))
+        return bool(found) and any(r["step"] >= step for r in read_metrics(found[0].parent, warn=False))
+
+    waited = wait_moving(lambda: reached() or launcher.poll() is not None, [root], slurm_env, f"step {step}")
+    assert reached(), (root.parents[2] / f"{root.name}.out").read_text()[-3000:]  # the sweep ended first
+    return waited
 
 
 def test_a_requeued_two_node_job_resumes_and_ends_like_an_uninterrupted_one(slurm_env, tmp_path):
@@ -261,17 +278,10 @@ def test_a_requeued_two_node_job_resumes_and_ends_like_an_uninterrupted_one(slur
     sweeps = {name: start_sweep(REQUEUE_ARGS, tmp_path, slurm_env, name) for name in ("requeue", "reference")}
     root = tmp_path / "outputs" / "multirun" / "requeue"
 
-    def reached() -> bool:
-        found = list(root.glob("**/metrics.jsonl"))
-        return bool(found) and any(r["step"] >= STOP_AT for r in read_metrics(found[0].parent, warn=False))
-
     try:
-        waited = wait_moving(
-            lambda: reached() or sweeps["requeue"].poll() is not None, [root], slurm_env, f"step {STOP_AT}"
-        )
-        assert reached(), (tmp_path / "requeue.out").read_text()[-3000:]  # the sweep ended before it
+        waited = wait_for_step(STOP_AT, sweeps["requeue"], root, slurm_env)
         (job_id,) = array_tasks(root)
-        with frozen(job_id, slurm_env):
+        with frozen(job_id, slurm_env, signal.SIGTERM, processes=2):
             subprocess.run(["scontrol", "requeue", job_id], env=env, check=True)
         rest = finish(sweeps, tmp_path, slurm_env)
     finally:
@@ -335,3 +345,64 @@ def test_a_job_on_two_nodes_trains_one_model(slurm_env, tmp_path):
     two, one = curve(tmp_path / "outputs" / "multirun" / "ddp"), curve(tmp_path / "single")
     assert len(two) == len(one) == 10
     assert two == pytest.approx(one, rel=1e-4, abs=1e-5)  # the same model, up to the all-reduce's rounding
+
+
+@contextlib.contextmanager
+def partition_limit(minutes: int, slurm_env: dict) -> Iterator[None]:
+    """The local cluster's partition limited to ``minutes`` (``MaxTime``) inside the block."""
+    env = {**os.environ, **slurm_env}
+    (before,) = subprocess.run(
+        ["sinfo", "-h", "-p", "debug", "-o", "%l"], env=env, capture_output=True, text=True, check=True
+    ).stdout.split()
+    update = ["scontrol", "update", "PartitionName=debug"]
+    subprocess.run([*update, f"MaxTime={minutes}"], env=env, check=True)
+    try:
+        yield
+    finally:
+        subprocess.run([*update, f"MaxTime={before.upper()}"], env=env, check=True)
+
+
+def test_a_run_longer_than_the_partition_runs_in_attempts_requeued_at_their_time_limit(slurm_env, tmp_path):
+    """A run of 600 min on a partition whose MaxTime is 5: the job asks 5 (resources.max_time_min=auto
+    reads it with sinfo), and SLURM's time-limit signal (SIGUSR2, sent here early, the job frozen
+    at step 50 first) makes the loop save, submitit count a timeout and requeue, and the next
+    attempt resume from that step to the end."""
+    env = {**os.environ, **slurm_env}
+    args = ["trainer.max_steps=200", "trainer.checkpoint_every=10", "trainer.device=cpu"]
+    args += ["resources.time_min=600", "resources.max_time_min=auto"]
+    launcher = [o for o in ON_LOCAL_CLUSTER if not o.startswith("hydra.launcher.timeout_min")]
+    root = tmp_path / "outputs" / "multirun" / "timeout"
+    with partition_limit(5, slurm_env):
+        sweep = start_sweep(args, tmp_path, slurm_env, "timeout", launcher)
+        try:
+            wait_for_step(STOP_AT, sweep, root, slurm_env)
+            (job_id,) = array_tasks(root)
+            with frozen(job_id, slurm_env, signal.SIGUSR2, processes=1):
+                subprocess.run(["scancel", "--signal=USR2", job_id], env=env, check=True)
+            finish({"timeout": sweep}, tmp_path, slurm_env)
+        finally:
+            if sweep.poll() is None:
+                sweep.kill()
+
+    said = (tmp_path / "timeout.out").read_text()
+    needed = -(-600 * 60 // (5 * 60 - 10))  # attempts of 5 min, each signalled 10 s early
+    assert (
+        f"each SLURM attempt asks 5 of the run's 600 min (the partition's MaxTime): {needed} attempts" in said
+    )
+    (script,) = (root / ".submitit" / job_id).glob("*_submission.sh")
+    assert "#SBATCH --time=5\n" in script.read_text()  # the partition's MaxTime, not the run's 600
+    history = subprocess.run(
+        ["sacct", "-n", "-X", "-D", "-o", "State", "-j", job_id], env=env, capture_output=True, text=True
+    ).stdout.split()
+    assert "REQUEUED" in history and final_states([job_id], slurm_env) == ["COMPLETED"]
+    logs = "".join(log.read_text() for log in (root / ".submitit" / job_id).glob("*_log.*"))
+    assert "Caught signal SIGUSR2" in logs and "this job is timed-out" in logs  # counted as a timeout
+
+    (run_dir,) = (p.parent for p in root.glob("**/summary.json"))
+    (stop,) = [json.loads(line) for line in (run_dir / "failures.jsonl").read_text().splitlines()]
+    assert stop["error"].startswith(f"Preempted: stopped by SIGUSR2 at step {stop['step']} of 200")
+    (summary,) = summaries(root)
+    first, second = summary["sessions"]
+    assert STOP_AT <= first["to_step"] == second["from_step"] == stop["step"] < 200
+    steps = [r["step"] for r in read_metrics(run_dir)]
+    assert steps == sorted(steps) and summary["steps"] == 200 and summary["status"] == "completed"
