@@ -178,3 +178,10 @@ def test_attempt_min_takes_the_cap_as_a_number_or_text():
     assert attempt_min(60, None) == attempt_min(60, 1440) == 60
     with pytest.raises(ConfigError):
         attempt_min(60, "1.5h")
+
+
+def test_the_cap_stays_out_of_the_run_folders_name(tmp_path):
+    """Like the rest of ``resources``, the cap is the cluster's, not the run's: a rerun on another
+    partition resumes the same folder."""
+    excluded = slurm_config([], tmp_path).hydra.job.config.override_dirname.exclude_keys
+    assert "resources.max_time_min" in excluded
