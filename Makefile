@@ -3,6 +3,8 @@ VENV ?= .venv
 PYTHON ?= $(VENV)/bin/python
 WHEELS ?= ../shared/wheels
 FIND_LINKS := $(if $(wildcard $(WHEELS)),--find-links $(WHEELS),)
+# the tested versions (pyproject.toml keeps the ranges); CONSTRAINTS= installs the newest in range instead
+CONSTRAINTS ?= constraints.txt
 # where `make detection` keeps the mmcv wheel it builds (about 30 minutes on 2 cores) or reuses
 MMCV_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/conditioned-attention/wheels
 # the detection extra joins `make install` where an mmcv 2.1.0 wheel is at hand in WHEELS or
@@ -25,7 +27,7 @@ help: ## list the targets
 install: ## create .venv and install the suite, its test tools and (see DETECTION) mmdetection
 	test -x $(PYTHON) || python3 -m venv $(VENV)
 	$(PYTHON) -m pip install --upgrade pip
-	$(PYTHON) -m pip install $(FIND_LINKS) -e '.[$(EXTRAS)]'
+	$(PYTHON) -m pip install $(FIND_LINKS) $(if $(CONSTRAINTS),-c $(CONSTRAINTS)) -e '.[$(EXTRAS)]'
 ifeq ($(DETECTION_BY),build)
 	$(MAKE) detection
 endif

@@ -8,7 +8,9 @@ does for a missing SLURM.
 
 Hydra instantiates launchers only from the ``hydra_plugins`` package, so ``hydra/launcher=slurm``
 keeps submitit's ``_target_``; the callback :class:`OneLineSubmissionErrors` (``conf/config.yaml``)
-makes Hydra build :class:`SlurmLauncher` for it when a sweep starts.
+makes Hydra build :class:`SlurmLauncher` for it when a sweep starts. It also resolves each
+attempt's time limit first (``launch/slurm_time.py``): a bad ``resources.max_time_min`` is one line
+and exit 2, and a run split into attempts by the partition's limit says so in one line.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from hydra.core.plugins import Plugins
 from hydra.core.utils import JobReturn
 from hydra.experimental.callback import Callback
 from hydra_plugins.hydra_submitit_launcher import submitit_launcher
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import InterpolationResolutionError
 
 from src.errors import ConfigError
 
@@ -61,6 +64,35 @@ class OneLineSubmissionErrors(Callback):
         target = str(config.hydra.launcher.get("_target_", ""))
         if target == SUBMITIT_SLURM:
             Plugins.instance().class_name_to_class[target] = SlurmLauncher
+            try:
+                line = attempts_line(config)
+            except ConfigError as error:
+                print(f"error: {error}", file=sys.stderr)
+                raise SystemExit(2) from error
+            if line:
+                print(line, file=sys.stderr, flush=True)
+
+
+def attempts_line(config: DictConfig) -> str | None:
+    """``each SLURM attempt asks 1440 of the run's 4320 min (…): 4 attempts, …``, where the cap
+    splits the run, else None; a :class:`ConfigError` where the time limit cannot be resolved."""
+    from launch.slurm_time import attempts_needed
+
+    launcher, resources = config.hydra.launcher, config.resources
+    try:
+        attempt, timeouts = int(launcher.timeout_min), int(launcher.max_num_timeout)
+    except InterpolationResolutionError as error:
+        raise config_error(error) or error from None
+    total = int(resources.time_min)
+    if attempt >= total:
+        return None
+    cap = OmegaConf.select(config, "resources.max_time_min")
+    source = "the partition's MaxTime" if str(cap) == "auto" else f"resources.max_time_min={cap}"
+    needed = attempts_needed(total, attempt, int(launcher.signal_delay_s))
+    return (
+        f"each SLURM attempt asks {attempt} of the run's {total} min ({source}): {needed} attempts, "
+        f"each requeued after its timeout from last.pt (up to {timeouts} timeouts)"
+    )
 
 
 def submission_failed(error: BaseException) -> bool:
@@ -78,6 +110,14 @@ def refusal_message(error: BaseException) -> str:
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     said = " ".join(lines[:3]) or "no message"
     return f"{ADVICE}: {said}"
+
+
+def config_error(error: BaseException) -> ConfigError | None:
+    """The :class:`ConfigError` a resolver raised, from the chain OmegaConf wraps it in."""
+    seen: BaseException | None = error
+    while seen is not None and not isinstance(seen, ConfigError):
+        seen = seen.__cause__ or seen.__context__
+    return seen
 
 
 @contextlib.contextmanager

@@ -1,5 +1,5 @@
 """OmegaConf resolvers the configs use: ``${cpus_at_most:4}``, ``${at_least:1,…}``, ``${run_folder:…}``,
-``${pretrained_by:…}``, ``${attn_parts:…}``.
+``${pretrained_by:…}``, ``${attn_parts:…}``, ``${slurm_attempt_min:…}``, ``${slurm_timeouts:…}``.
 
 Importing this module registers them. ``src/run.py`` imports it (so do the SLURM jobs, which
 unpickle ``src.run.main``), and so does ``src/engine/schema.py``, which every composition of the
@@ -139,8 +139,25 @@ def attn_parts(parts: Iterable[str]) -> str:
     return "+".join(parts)
 
 
+def slurm_attempt_min(time_min: int, max_time_min: int | str | None, partition: str | None = None) -> int:
+    """``hydra.launcher.timeout_min``: :func:`launch.slurm_time.attempt_min` (imported on use: only
+    the process that submits to SLURM resolves it)."""
+    from launch.slurm_time import attempt_min
+
+    return attempt_min(time_min, max_time_min, partition)
+
+
+def slurm_timeouts(time_min: int, attempt: int, signal_delay_s: int) -> int:
+    """``hydra.launcher.max_num_timeout``: :func:`launch.slurm_time.timeouts_allowed`."""
+    from launch.slurm_time import timeouts_allowed
+
+    return timeouts_allowed(time_min, attempt, signal_delay_s)
+
+
 OmegaConf.register_new_resolver("cpus_at_most", cpus_at_most, replace=True)
 OmegaConf.register_new_resolver("at_least", at_least, replace=True)
 OmegaConf.register_new_resolver("run_folder", run_folder, replace=True)
 OmegaConf.register_new_resolver("pretrained_by", pretrained_by, replace=True)
 OmegaConf.register_new_resolver("attn_parts", attn_parts, replace=True)
+OmegaConf.register_new_resolver("slurm_attempt_min", slurm_attempt_min, replace=True)
+OmegaConf.register_new_resolver("slurm_timeouts", slurm_timeouts, replace=True)
