@@ -11,7 +11,7 @@ MMCV_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/conditioned-attention/wheel
 # MMCV_CACHE (DETECTION=auto), always (DETECTION=1: `make detection` builds one when none is) or never (0)
 DETECTION ?= auto
 MMCV_WHEEL := $(wildcard $(WHEELS)/mmcv-2.1.0-*.whl)
-MMCV_CACHED := $(wildcard $(MMCV_CACHE)/mmcv-2.1.0-*.whl)
+MMCV_CACHED := $(wildcard $(MMCV_CACHE)/mmcv-2.1.0-*.whl $(MMCV_CACHE)/*/mmcv-2.1.0-*.whl)
 WITH_DETECTION := $(if $(filter 1,$(DETECTION)),1,$(if $(filter auto,$(DETECTION)),$(MMCV_WHEEL)$(MMCV_CACHED),))
 # a wheel in WHEELS (CI) joins install's one pip command; otherwise `make detection` finds or builds one
 DETECTION_BY := $(if $(WITH_DETECTION),$(if $(MMCV_WHEEL),pip,build),)
@@ -33,9 +33,11 @@ ifeq ($(DETECTION_BY),build)
 endif
 	@$(if $(WITH_DETECTION),,echo "note: the detection extra was not installed (DETECTION=$(DETECTION), mmcv 2.1.0 wheel in $(WHEELS) or $(MMCV_CACHE): $(if $(MMCV_WHEEL)$(MMCV_CACHED),yes,none)); \`make detection\` builds one (about 30 minutes on 2 cores)")
 
-detection: ## install the detection extra, building mmcv 2.1.0's ops once (~30 min; kept in MMCV_CACHE; JOBS=n)
+# `make detection` builds CUDA ops where torch sees a GPU (nvcc of torch's CUDA needed) or nvcc is here;
+# MMCV_CPU=1 builds CPU ops even on a GPU machine (a detection run on that GPU then refuses to start)
+detection: ## install the detection extra, building mmcv 2.1.0's ops for this machine once (CPU ~30 min; MMCV_CACHE; JOBS=n)
 	test -x $(PYTHON) || $(MAKE) install DETECTION=0
-	$(PYTHON) -m launch.mmcv_build --cache $(MMCV_CACHE) $(if $(FIND_LINKS),--find-links $(WHEELS)) $(if $(JOBS),--jobs $(JOBS))
+	$(PYTHON) -m launch.mmcv_build --install --cache $(MMCV_CACHE) $(if $(FIND_LINKS),--find-links $(WHEELS)) $(if $(JOBS),--jobs $(JOBS)) $(if $(filter 1,$(MMCV_CPU)),--cpu)
 	$(PYTHON) -m pip install --find-links $(MMCV_CACHE) -e '.[dev,detection]'
 	$(PYTHON) -m launch.mmcv_build --check --cache $(MMCV_CACHE)
 

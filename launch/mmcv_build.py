@@ -1,21 +1,31 @@
-"""mmcv 2.1.0 with its compiled ops for this interpreter and torch, found in a cache or built once.
+"""mmcv 2.1.0 with its compiled ops for this interpreter, torch and machine, found in a cache or built once.
 
-``python -m launch.mmcv_build [--cache DIR] [--find-links DIR] [--jobs N] [--dry-run]`` (``make
-detection``) leaves a fitting wheel in the cache for ``pip install --find-links``; ``--check`` says
-whether the installed ops load. Why: PyPI has only mmcv's source and mmdet 3.3.0 refuses mmcv >= 2.2.
+``python -m launch.mmcv_build [--cache DIR] [--find-links DIR] [--jobs N] [--cpu] [--install] [--dry-run]``
+(``make detection``) leaves a fitting wheel in the cache (and, with ``--install``, installs it);
+``--check`` runs the installed ops (:func:`tasks.detection.ops.ops_check`: ``roi_align`` and ``nms``
+against torchvision's, on the CPU and, where torch sees a GPU, on ``cuda``). Why: PyPI has only
+mmcv's source and mmdet 3.3.0 refuses mmcv >= 2.2.
 
-1. find: a wheel fits when its tags are this interpreter's and the torch recorded beside it
-   (``<wheel>.json``, written here) is the installed one; one with no record (``--find-links``) is
-   trusted on its tags and copied into the cache; ``--check`` catches a mismatch;
+0. target (:mod:`launch.mmcv_target`): CPU ops, or CUDA ops (``FORCE_CUDA=1``) for the visible GPUs'
+   architectures, or for a default list by CUDA major where nvcc is here but no GPU; a GPU without
+   a matching nvcc is refused (exit 2) unless ``--cpu``; one line says which and why;
+1. find: a wheel fits when its tags are this interpreter's, the torch recorded beside it
+   (``<wheel>.json``, written here) is the installed one, and its recorded build (``cuda``,
+   ``arch``; a record without them, or none: CPU ops) serves the target; wheels of each build
+   sit in their own subfolder of the cache (``cpu/``, ``cuda12.8-sm90/``: the file names are
+   equal); one from ``--find-links`` is copied there; ``--check`` catches a mismatch;
 2. requirements: ``setuptools>=77.0.3,<81`` (mmcv imports ``pkg_resources``; torch needs >= 77.0.3),
    ``wheel``, ``ninja``, ``psutil``, into this environment: with build isolation mmcv sees no torch
    and silently skips its ops;
 3. download: the sdist (``pip download --no-binary :all:``); 4. patch: ``-std=c++17`` -> ``-std=c++20``
    in ``setup.py`` only for torch >= 2.14, whose headers demand C++20 (2.13's: C++17); not always,
    since nvcc before CUDA 12 has no C++20;
-5. compile: ``MMCV_WITH_OPS=1 FORCE_CUDA=0 MAX_JOBS=<jobs> pip wheel -v --no-deps --no-build-isolation``
-   (about 30 minutes on 2 cores), its output in ``<cache>/mmcv-2.1.0-build.log``;
-6. store: the wheel, checked to hold ``mmcv/_ext``, moves into the cache with its torch record.
+5. compile: ``MMCV_WITH_OPS=1 FORCE_CUDA=0|1 [TORCH_CUDA_ARCH_LIST=…] MAX_JOBS=<jobs> pip wheel -v
+   --no-deps --no-build-isolation`` (CPU ops: about 30 minutes on 2 cores; CUDA ops: longer, not
+   measured here), its output in ``<cache>/mmcv-2.1.0-build.log``;
+6. store: the wheel, checked to hold ``mmcv/_ext``, moves into the cache with its record;
+7. install (``--install``): ``pip install --no-deps --force-reinstall`` of that wheel: an mmcv 2.1.0
+   already installed (a CPU build) would otherwise satisfy pip and stay.
 """
 
 from __future__ import annotations
@@ -31,14 +41,27 @@ import tarfile
 import tempfile
 import time
 import zipfile
-from collections.abc import Iterable
 from pathlib import Path
 
-from packaging.tags import Tag, sys_tags
-from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.tags import sys_tags
 from packaging.version import Version
 
-MMCV = Version("2.1.0")
+from launch.mmcv_target import (  # noqa: F401  (the cache's lookups, re-exported)
+    CPU_BUILD,
+    MMCV,
+    Build,
+    Machine,
+    Refusal,
+    adopt,
+    build_refusal,
+    choose,
+    find_wheel,
+    probe,
+    read_record,
+    record_path,
+    wheel_fits,
+)
+
 BUILD_REQUIREMENTS = ["setuptools>=77.0.3,<81", "wheel", "ninja", "psutil"]
 #: Lines of mmcv 2.1.0's ``setup.py`` that the patch must find (as C++17, or already as C++20).
 PATCH_ANCHORS = ("extra_compile_args['cxx'] = ['-std=c++17']", "extra_compile_args['nvcc'] += ['-std=c++17']")
@@ -89,33 +112,6 @@ def patch_setup_py(text: str) -> str:
     return text.replace(CXX17, CXX20)
 
 
-def record_path(wheel: Path) -> Path:
-    """Where the torch a wheel was built against is recorded: ``<wheel>.json`` beside it."""
-    return wheel.with_name(wheel.name + ".json")
-
-
-def wheel_fits(wheel: Path, torch: str, supported: set[Tag]) -> bool:
-    """Whether ``wheel`` is mmcv 2.1.0 for one of ``supported`` tags and (if recorded) for ``torch``."""
-    try:
-        name, version, _, tags = parse_wheel_filename(wheel.name)
-    except InvalidWheelFilename:
-        return False
-    if name != "mmcv" or version != MMCV or not tags & supported:
-        return False
-    record = record_path(wheel)
-    return not record.is_file() or json.loads(record.read_text()).get("torch") == torch
-
-
-def find_wheel(dirs: Iterable[Path], torch: str, supported: set[Tag] | None = None) -> Path | None:
-    """The first fitting mmcv 2.1.0 wheel in ``dirs`` (in order), or None."""
-    supported = set(sys_tags()) if supported is None else supported
-    for folder in dirs:
-        for wheel in sorted(Path(folder).glob("mmcv-*.whl")):
-            if wheel_fits(wheel, torch, supported):
-                return wheel
-    return None
-
-
 class Progress:
     """One line per stage, ``[3/6 download +12 s] …``, timed from the start of the command."""
 
@@ -145,16 +141,6 @@ def pip(*args: str) -> list[str]:
     return [sys.executable, "-m", "pip", *args]
 
 
-def compile_env(jobs: int) -> dict[str, str]:
-    """The build's environment: ops on, ``jobs`` parallel compilers, CUDA only where a GPU is seen."""
-    return {
-        **os.environ,
-        "FORCE_CUDA": os.environ.get("FORCE_CUDA", "0"),
-        "MMCV_WITH_OPS": "1",
-        "MAX_JOBS": str(jobs),
-    }
-
-
 def unpack_and_patch(work: Path, torch: str, progress: Progress, dry_run: bool) -> Path:
     """Unpack the downloaded sdist under ``work/src`` and patch its ``setup.py``; the source folder."""
     src = work / "src" / f"mmcv-{MMCV}"
@@ -171,7 +157,7 @@ def unpack_and_patch(work: Path, torch: str, progress: Progress, dry_run: bool) 
     return src
 
 
-def build(cache: Path, jobs: int, torch: str, progress: Progress, dry_run: bool) -> Path:
+def build(cache: Path, jobs: int, torch: str, target: Build, progress: Progress, dry_run: bool) -> Path:
     """Stages 2-6: requirements, download, patch, compile, store; the cached wheel's path."""
     log = cache / LOG_NAME
     with tempfile.TemporaryDirectory(prefix="mmcv-build-") as tmp:
@@ -182,75 +168,77 @@ def build(cache: Path, jobs: int, torch: str, progress: Progress, dry_run: bool)
         ]
         if not dry_run:
             cache.mkdir(parents=True, exist_ok=True)
-            log.write_text(f"mmcv {MMCV} build against torch {torch}, {sys.executable}\n")
+            log.write_text(f"mmcv {MMCV} build against torch {torch} ({target.why}), {sys.executable}\n")
         for stage, cmd in steps:
             progress.stage(stage, " ".join(cmd[2:]) + ("" if dry_run else f" (output in {log})"))
             if not dry_run:
                 run_logged(cmd, log, stage)
         src = unpack_and_patch(work, torch, progress, dry_run)
         cmd = pip("wheel", "-v", "--no-deps", "--no-build-isolation", "-w", str(work / "dist"), str(src))
-        progress.stage(
-            "compile",
-            f"MMCV_WITH_OPS=1 FORCE_CUDA=0 MAX_JOBS={jobs} {' '.join(cmd[2:])} "
-            f"(about 30 min on 2 cores; output in {log})",
-        )
+        length = "about 30 min on 2 cores" if target.cuda is None else "CUDA: longer, more per architecture"
+        words = f"MMCV_WITH_OPS=1 {target.words()} MAX_JOBS={jobs} {' '.join(cmd[2:])}"
+        progress.stage("compile", f"{words} ({length}; output in {log})")
         if dry_run:
-            progress.stage("store", f"the wheel and its torch record into {cache}")
-            return cache / f"mmcv-{MMCV}-<tags>.whl"
-        run_logged(cmd, log, "compile", compile_env(jobs))
-        return store(next((work / "dist").glob("mmcv-*.whl")), cache, torch, progress, log)
+            progress.stage("store", f"the wheel and its record into {cache / target.folder}")
+            return cache / target.folder / f"mmcv-{MMCV}-<tags>.whl"
+        run_logged(cmd, log, "compile", target.env(jobs))
+        return store(next((work / "dist").glob("mmcv-*.whl")), cache, torch, target, progress, log)
 
 
-def store(wheel: Path, cache: Path, torch: str, progress: Progress, log: Path) -> Path:
-    """Move a built ``wheel`` into ``cache`` with its torch record, once it is known to hold the ops."""
-    progress.stage("store", f"{wheel.name} into {cache}")
+def store(wheel: Path, cache: Path, torch: str, target: Build, progress: Progress, log: Path) -> Path:
+    """Move a built ``wheel`` into the folder of ``target`` with its record, once it holds the ops."""
+    folder = cache / target.folder
+    progress.stage("store", f"{wheel.name} into {folder}")
     with zipfile.ZipFile(wheel) as archive:
         if not any(n.startswith("mmcv/_ext") for n in archive.namelist()):
             raise BuildError(f"the built mmcv wheel has no compiled ops (mmcv/_ext): see {log}")
-    target = cache / wheel.name
-    shutil.move(str(wheel), target)
-    record_path(target).write_text(json.dumps({"torch": torch, "cxx20": needs_cxx20(torch)}) + "\n")
-    return target
+    folder.mkdir(parents=True, exist_ok=True)
+    target_path = folder / wheel.name
+    shutil.move(str(wheel), target_path)
+    record = {"torch": torch, "cxx20": needs_cxx20(torch), **target.key}
+    record_path(target_path).write_text(json.dumps(record) + "\n")
+    return target_path
 
 
-def adopt(wheel: Path, cache: Path) -> Path:
-    """``wheel`` itself when in ``cache``, else a copy there (a hard link where possible)."""
-    target = cache / wheel.name
-    if wheel.parent.resolve() == cache.resolve():
-        return wheel
-    cache.mkdir(parents=True, exist_ok=True)
-    target.unlink(missing_ok=True)
-    try:
-        os.link(wheel, target)
-    except OSError:
-        shutil.copy2(wheel, target)
-    if record_path(wheel).is_file():
-        shutil.copy2(record_path(wheel), record_path(target))
-    else:
-        record_path(target).unlink(missing_ok=True)
-    return target
-
-
-def ensure_wheel(cache: Path, links: list[Path], jobs: int, dry_run: bool) -> Path:
-    """A fitting mmcv 2.1.0 wheel in ``cache``: found (cache first, then ``links``) or built."""
+def ensure_wheel(
+    cache: Path, links: list[Path], jobs: int, dry_run: bool, force_cpu: bool = False,
+    machine: Machine | None = None, install: bool = False,
+) -> Path:  # fmt: skip
+    """A fitting mmcv 2.1.0 wheel in ``cache``: found (cache first, then ``links``) or built; installed
+    with ``install``. Raises :class:`Refusal` when the ops this machine needs cannot be built here."""
     torch = torch_version()
+    machine = probe() if machine is None else machine
+    target = choose(machine, torch, force_cpu, os.environ.get("TORCH_CUDA_ARCH_LIST"))
+    print(f"target: {target.why}", flush=True)
     tag = next(iter(sys_tags()))
-    found = find_wheel([cache, *links], torch)
-    progress = Progress(1 if found else 6)
+    found = find_wheel([cache, *links], torch, target)
+    progress = Progress((1 if found else 6) + install)
     where = ", ".join(str(d) for d in [cache, *links])
     if found:
-        progress.stage("find", f"reusing {found} (fits {tag.interpreter}, torch {torch})")
-        return cache / found.name if dry_run else adopt(found, cache)
-    progress.stage("find", f"no mmcv {MMCV} wheel for {tag.interpreter} and torch {torch} in {where}")
-    return build(cache, jobs, torch, progress, dry_run)
+        progress.stage("find", f"reusing {found} (fits {tag.interpreter}, torch {torch}, {target.folder})")
+        wheel = cache / target.folder / found.name if dry_run else adopt(found, cache, target)
+    else:
+        wanted = f"{tag.interpreter}, torch {torch}, {target.folder}"
+        progress.stage("find", f"no mmcv {MMCV} wheel for {wanted} in {where}")
+        refusal = build_refusal(machine, target, torch)
+        if refusal:
+            raise Refusal(refusal)
+        wheel = build(cache, jobs, torch, target, progress, dry_run)
+    if install:
+        cmd = pip("install", "--no-deps", "--force-reinstall", str(wheel))
+        progress.stage("install", " ".join(cmd[2:]))
+        if not dry_run:
+            run_logged(cmd, cache / LOG_NAME, "install")
+    return wheel
 
 
-def check_ops(cache: Path) -> int:
-    """Whether the installed mmcv's compiled ops load: one line either way, exit status 0 or 1."""
+def check_ops(cache: Path, devices: list[str] | None = None) -> int:
+    """Whether the installed mmcv's ops load and run ``roi_align`` and ``nms`` as torchvision does on
+    each of ``devices`` (default: the CPU, and ``cuda`` where torch sees a GPU): one line, 0 or 1."""
     try:
         import mmcv
         import mmcv.ops  # noqa: F401
-        from mmcv import _ext
+        from mmcv import _ext  # noqa: F401
     except Exception as err:  # an ABI mismatch surfaces as ImportError or OSError
         log = cache / LOG_NAME
         hint = f"build log: {log}" if log.is_file() else f"no build log in {cache}"
@@ -261,7 +249,21 @@ def check_ops(cache: Path) -> int:
             file=sys.stderr,
         )
         return 1
-    print(f"mmcv {mmcv.__version__} with its compiled ops: {Path(_ext.__file__).name} loads")
+    import torch
+
+    from tasks.detection.ops import FIX, mmcv_cuda_version, ops_check
+
+    devices = devices or ["cpu", *(["cuda"] if torch.cuda.is_available() else [])]
+    cuda = mmcv_cuda_version()
+    built = f"CUDA {cuda} ops" if cuda else "CPU ops only"
+    for device in devices:
+        result = ops_check(device)
+        if not result["ok"]:
+            fix = FIX if device != "cpu" else f"remove the wheel from {cache} and rerun `make detection`"
+            print(f"error: mmcv {mmcv.__version__} ({built}): {result['error']}; run {fix}", file=sys.stderr)
+            return 1
+    on = ", ".join(devices)
+    print(f"mmcv {mmcv.__version__} ({built}): roi_align and nms agree with torchvision's on {on}")
     return 0
 
 
@@ -273,23 +275,36 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--find-links", type=Path, action="append", default=[], metavar="DIR", help=links)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     parser.add_argument("--jobs", type=int, default=cores, help="parallel compilers (default: %(default)s)")
+    cpu = "CPU ops even where torch sees a GPU (a detection run on that GPU then refuses)"
+    parser.add_argument("--cpu", action="store_true", help=cpu)
+    install = "pip install the wheel (over any installed mmcv)"
+    parser.add_argument("--install", action="store_true", help=install)
     parser.add_argument("--dry-run", action="store_true", help="print the stages without running them")
-    parser.add_argument("--check", action="store_true", help="only say whether the installed ops load")
+    check = "only run the installed ops (roi_align, nms) on the CPU and any GPU, against torchvision's"
+    parser.add_argument("--check", action="store_true", help=check)
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Find or build the wheel (or, with ``--check``, test the installed ops); the exit status."""
+    """Find or build the wheel (or, with ``--check``, test the installed ops); the exit status:
+    1 for a failed stage or check, 2 for a machine that cannot build the ops it needs."""
     args = parse(argv)
     cache = args.cache.expanduser()
     if args.check:
         return check_ops(cache)
+    links = [d for d in args.find_links if d.is_dir()]
     try:
-        wheel = ensure_wheel(cache, [d for d in args.find_links if d.is_dir()], args.jobs, args.dry_run)
+        wheel = ensure_wheel(cache, links, args.jobs, args.dry_run, args.cpu, install=args.install)
+    except Refusal as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     except BuildError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    print(f"{'would leave' if args.dry_run else 'ready'}: {wheel}; install with --find-links {cache}")
+    done = f"install with `pip install --no-deps --force-reinstall {wheel}`"
+    if args.install:
+        done = "would be installed" if args.dry_run else "installed"
+    print(f"{'would leave' if args.dry_run else 'ready'}: {wheel}; {done}")
     return 0
 
 

@@ -13,9 +13,12 @@ How the suite's groups map onto it:
 * ``optim`` (timm's names) -> ``optim_wrapper``: AdamW (``adamw``) or SGD (``momentum``/``sgd``)
   with the group's lr, weight decay, betas/momentum; no weight decay on norms, biases, position
   embeddings and Swin's relative position tables (as timm and Swin's detection configs do);
-  ``trainer.clip_grad`` -> ``clip_grad``, ``trainer.accumulate`` -> ``accumulative_counts``,
-  ``trainer.precision=bf16`` -> ``AmpOptimWrapper`` in bfloat16 (GPU only). A step is one of
-  mmengine's iterations (one batch per process), also under accumulation.
+  ``trainer.clip_grad`` -> ``clip_grad``, ``trainer.accumulate`` -> ``accumulative_counts``.
+  A step is one of mmengine's iterations (one batch per process), also under accumulation.
+* ``trainer.precision=bf16`` (``task=coco``'s default) -> the model is
+  :class:`src.models.detection.SuiteMaskRCNN`: the backbone and FPN under bf16 autocast, the
+  heads, RoIAlign and NMS in fp32, no loss scaler; on the CPU and the GPU alike (its docstring
+  says why not mmengine's ``AmpOptimWrapper``). ``fp32`` keeps mmdet's own ``MaskRCNN``.
 * ``trainer.nonfinite=stop`` -> mmdet's ``CheckInvalidLossHook`` (the run stops at the first
   NaN/Inf loss); ``skip`` and ``trainer.ema`` are refused.
 * The schedule is the task's (the papers' step schedule, not the ``sched`` group): linear
@@ -86,6 +89,8 @@ def build_config(task, cfg: DictConfig, work_dir: Path, data_root: Path, resume_
     )
     mm.data_root = str(data_root)
     mm.model = detector(mm.model, backbone, out_channels(backbone), num_classes, task.detector)
+    if trainer.precision == "bf16":
+        mm.model.update(type="SuiteMaskRCNN", precision="bf16")
     mm.train_dataloader = train_dataloader(task, data_root, trainer, iter_based=trainer.max_steps is not None)
     mm.val_dataloader = val_dataloader(task, data_root, trainer)
     mm.test_dataloader = copy.deepcopy(mm.val_dataloader)
@@ -136,9 +141,6 @@ def check_trainer(trainer: DictConfig) -> None:
         "trainer.nonfinite=skip": trainer.nonfinite == "skip",
         "trainer.device=cpu on a machine with a GPU (mmengine takes the GPU; hide it with "
         "CUDA_VISIBLE_DEVICES=)": trainer.device == "cpu" and torch.cuda.is_available(),
-        "trainer.precision=bf16 without a GPU (mmengine's AmpOptimWrapper needs one)": (
-            trainer.precision == "bf16" and not torch.cuda.is_available()
-        ),
     }
     refused = [name for name, value in unsupported.items() if value]
     if refused:
@@ -288,9 +290,7 @@ def optim_wrapper(optim: DictConfig, trainer: DictConfig) -> dict:
     )
     if trainer.clip_grad:
         wrapper["clip_grad"] = dict(max_norm=trainer.clip_grad)
-    if trainer.precision == "bf16":
-        wrapper.update(type="AmpOptimWrapper", dtype="bfloat16")
-    return wrapper
+    return wrapper  # trainer.precision=bf16 is the model's (SuiteMaskRCNN), not the wrapper's
 
 
 def schedule(task, trainer: DictConfig) -> tuple[dict, list[dict], bool]:

@@ -24,6 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 from src.engine.task import Run, Task
 from src.errors import ConfigError, DataError
 
+from .ops import require_cuda_ops
 from .shapes import CLASSES as SHAPE_CLASSES
 from .shapes import ShapesSpec, ensure_coco_shapes
 
@@ -47,13 +48,15 @@ INSTALL_HINT = (
 )
 
 
-def require_detection_stack() -> None:
-    """Fail with one message when mmdet or mmcv's compiled ops are missing."""
+def require_detection_stack(task: str = "coco") -> None:
+    """Fail with one message when mmdet or mmcv's compiled ops are missing, or when torch sees a GPU
+    and mmcv's ops cannot run on it (:func:`.ops.require_cuda_ops`)."""
     try:
         import mmdet.apis  # noqa: F401
         from mmcv.ops import RoIAlign  # noqa: F401
     except ImportError as e:
         raise ConfigError(f"{INSTALL_HINT} ({type(e).__name__}: {e})") from e
+    require_cuda_ops(task)
 
 
 class CocoInstanceSegmentation(Task):
@@ -142,7 +145,7 @@ class CocoInstanceSegmentation(Task):
 
     def fit(self, run: Run) -> dict[str, Any]:
         """Train and validate with mmengine's Runner; what the run reached, for ``summary.json``."""
-        require_detection_stack()
+        require_detection_stack(self.name)  # before the Runner, the data and the first step
         from mmengine.runner import Runner
 
         import src.models.detection  # noqa: F401  registers the backbones

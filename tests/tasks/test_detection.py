@@ -164,9 +164,12 @@ def test_config_maps_the_papers_recipe_and_the_suites_groups(tmp_path):
     assert tuned.optim_wrapper.optimizer.type == "SGD" and tuned.optim_wrapper.clip_grad == dict(max_norm=1.0)
     assert tuned.val_dataloader.dataset.indices == 3 * tuned.val_dataloader.batch_size
     assert tuned.custom_hooks == [dict(type="CheckInvalidLossHook", interval=1)]  # trainer.nonfinite=stop
-    if not torch.cuda.is_available():
-        with pytest.raises(ConfigError, match="AmpOptimWrapper needs one"):
-            mm_config(tmp_path, "trainer.precision=bf16")
+    # task=coco trains in bf16: the backbone and FPN under autocast (SuiteMaskRCNN), no loss scaler,
+    # on the CPU as on a GPU; fp32 is mmdet's own MaskRCNN
+    assert (mm.model.type, mm.model.precision) == ("SuiteMaskRCNN", "bf16")
+    assert mm.optim_wrapper.type == "OptimWrapper"
+    fp32 = mm_config(tmp_path, "trainer.precision=fp32")
+    assert fp32.model.type == "MaskRCNN" and "precision" not in fp32.model
     with pytest.raises(ConfigError, match="adamw, momentum or sgd"):
         mm_config(tmp_path, "optim.opt=lamb")
 
@@ -211,9 +214,11 @@ def without_clock(rows: list[dict]) -> list[dict]:
 
 
 def test_the_dumped_config_is_a_plain_mmdet_config(tmp_path):
-    summary = train(tiny_run(tmp_path, tmp_path, "trainer.max_steps=1", "attn=spectral"), tmp_path / "run")
+    overrides = ["trainer.max_steps=1", "attn=spectral", "trainer.precision=bf16"]  # task=coco's precision
+    summary = train(tiny_run(tmp_path, tmp_path, *overrides), tmp_path / "run")
     cfg = Config.fromfile(str(tmp_path / "run" / "mmdet" / "config.py"))  # custom_imports included
     model = MODELS.build(cfg.model)
+    assert type(model).__name__ == "SuiteMaskRCNN" and model.precision == "bf16"
     assert sum(p.numel() for p in model.parameters()) == summary["params"]
     assert [v.name for v in model.backbone.attention_variants] == ["spectral"]
     assert summary["metrics"] == ["coco/bbox_mAP", "coco/segm_mAP"] and summary["metric"] == "coco/bbox_mAP"
