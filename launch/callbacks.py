@@ -20,7 +20,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from src.engine.record.files import write_atomic
-from src.errors import ConfigError
+from src.errors import ConfigError, SuiteError
 
 
 class LauncherCheck(Callback):
@@ -56,6 +56,33 @@ class LauncherCheck(Callback):
                 "timed out" if probe is None else (probe.stderr.strip().splitlines() or ["no output"])[-1]
             )
             raise ConfigError(f"hydra/launcher=slurm: SLURM's controller does not answer (sinfo: {detail})")
+
+
+class DataPrepared(Callback):
+    """``hydra/launcher=slurm``: every artefact the sweep's runs read (token caches, a tokenizer
+    trained here, generated sets) must be there before any job is submitted, or GPU jobs would wait
+    on CPU work (one tokenises under a lock, its siblings idle). The check builds nothing and is
+    cheap: each distinct task config of the grid is composed and its
+    :meth:`~src.engine.task.Task.prepare_data` run in check mode (:func:`launch.prepare.unprepared`),
+    which reads markers and file sizes. Where something is missing it prints one line naming
+    ``python -m launch.prepare <the same overrides>`` and exits with status 2, as
+    :class:`LauncherCheck` does; a data set missing altogether is its own message. Local multiruns
+    and single runs are not checked: they prepare inside the run, on the CPU that would prepare
+    ahead. ``~hydra.callbacks.data_prepared`` skips it (jobs that see another data folder than the
+    machine that submits them)."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if not str(config.hydra.launcher.get("_target_", "")).endswith("SlurmLauncher"):
+            return
+        from launch.prepare import unprepared
+
+        try:
+            problem = unprepared([str(o) for o in config.hydra.overrides.task])
+        except SuiteError as error:  # a data set missing altogether, or overrides it cannot compose
+            problem = str(error)
+        if problem is not None:
+            print(f"error: {problem}", file=sys.stderr)
+            raise SystemExit(2)
 
 
 class OutputDirCheck(Callback):

@@ -25,20 +25,29 @@ have generated the data meanwhile: then it is read, not made twice), removes it 
 without the lock never takes half-written data for complete), generates, and writes the
 marker (a temporary file, then a rename). The processes of a DDP run and the runs of a
 multirun thus wait for one of them, then read what it made.
+
+Preparing ahead (:func:`preparing`, what ``python -m launch.prepare`` and the SLURM sweep's check
+use): inside the block every call notes what it found or made (an :class:`Artefact`: built, already
+there, or the user's own), says when it starts to build and how far a long build is; with
+``check=True`` it builds nothing and raises :class:`NotPrepared` for the first data that is not
+there (or not of its spec). Outside the block (a run) it behaves as above and notes nothing.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import fcntl
 import json
 import logging
 import os
 import time
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
+
+from src.errors import DataError
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +71,7 @@ def ensure_generated(
     lock: Path | None = None,
     present: Callable[[], bool] = lambda: False,
     what: str | None = None,
+    outputs: Sequence[Path] = (),
 ) -> dict[str, Any]:
     """Make sure the data that ``marker`` describes was generated with ``spec``; returns the marker's
     content (``spec`` and what ``generate`` reported).
@@ -80,27 +90,45 @@ def ensure_generated(
         what: what is generated, for the one line the generating process logs
             (``generated ListOps (96,000 train / 2,000 val / 2,000 test) in data/lra/listops in
             3.1 s``); default: the marker's folder name. Nothing is logged when the data is there.
+        outputs: the files and folders the data is (named, with their size, in :func:`preparing`'s
+            report); default: the marker's folder.
     """
     wanted = json.loads(json.dumps(dict(spec)))  # tuples as lists, as the marker holds them
+    what = what or marker.parent.name
+    note = _SESSION.get() or _Unnoted()
+    owned = tuple(outputs) or (marker.parent,)
     found = _usable(marker, wanted, damage, warn=False)
     if found is not None:
+        note.add(Artefact(what, marker, "ready", owned))
         return found
+    if note.check:  # a check builds nothing: what is missing, and why
+        if read_marker(marker) is None and present():
+            note.add(Artefact(what, marker, "found", owned))
+            return {}
+        raise NotPrepared(what, marker.parent, _why_unusable(marker, wanted, damage))
     marker.parent.mkdir(parents=True, exist_ok=True)
     with file_lock(lock or marker.with_suffix(".lock")):
         found = _usable(marker, wanted, damage, warn=True)
         if found is not None:  # another process generated it while this one waited
+            note.add(Artefact(what, marker, "ready", owned))
             return found
         if read_marker(marker) is None and present():
+            note.add(Artefact(what, marker, "found", owned))
             return {}
         marker.unlink(missing_ok=True)
+        note.say(f"building {what} in {marker.parent} ...")
+        _PROGRESS["last"] = time.monotonic()
         start = time.perf_counter()
         facts = generate() or {}
         seconds = time.perf_counter() - start
-        log.info(generated_line(what or marker.parent.name, marker.parent, seconds, facts))
+        line = generated_line(what, marker.parent, seconds, facts)
+        log.info(line)
+        note.say(line)
         saved = {**wanted, **facts}
         tmp = marker.with_name(f"{marker.name}.{os.getpid()}.tmp")
         tmp.write_text(json.dumps(saved, indent=1))
         tmp.replace(marker)
+        note.add(Artefact(what, marker, "built", owned, seconds))
         return saved
 
 
@@ -118,6 +146,17 @@ def read_marker(marker: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return saved if isinstance(saved, dict) else None
+
+
+def _why_unusable(marker: Path, wanted: dict[str, Any], damage) -> str:
+    """Why the data of ``marker`` is not the data of ``wanted`` (it is not, :func:`_usable` said)."""
+    saved = read_marker(marker)
+    if saved is None:
+        return "not built yet"
+    changed = sorted(k for k in wanted if saved.get(k) != wanted[k])
+    if changed:
+        return f"built from another {', '.join(changed)}"
+    return str(damage(saved))
 
 
 def _usable(marker: Path, wanted: dict[str, Any], damage, warn: bool) -> dict[str, Any] | None:
@@ -139,3 +178,103 @@ def _usable(marker: Path, wanted: dict[str, Any], damage, warn: bool) -> dict[st
             warnings.warn(f"{marker}: {reason}; generating again", stacklevel=4)
         return None
     return saved
+
+
+# -- preparing ahead: what launch.prepare and the SLURM sweep's check see --------------------------
+
+
+class NotPrepared(DataError):
+    """Data that a check (:func:`preparing` with ``check=True``) found missing, or not of its spec."""
+
+    def __init__(self, what: str, folder: Path, why: str) -> None:
+        super().__init__(f"{what} in {folder}: {why}")
+        self.what, self.folder, self.why = what, folder, why
+
+
+class Artefact(NamedTuple):
+    """One piece of prepared data as :func:`ensure_generated` left it: ``built`` (made now),
+    ``ready`` (there already, of the spec asked for) or ``found`` (there without a marker: the
+    user's own files, used as they are)."""
+
+    what: str
+    marker: Path
+    state: str
+    outputs: tuple[Path, ...]  # its files and folders (the first is the one to name)
+    seconds: float | None = None
+
+    def size(self) -> int:
+        """Bytes of its files (a folder's, all below it)."""
+        total = 0
+        for path in self.outputs:
+            if path.is_file():
+                total += path.stat().st_size
+            elif path.is_dir():
+                total += sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+        return total
+
+
+class Preparation:
+    """What a :func:`preparing` block saw, one :class:`Artefact` per marker (the first state
+    noted: a set built once and then read again stays ``built``). A plain class, as this module is
+    also loaded on its own (by file, outside the package) where a dataclass cannot be."""
+
+    def __init__(self, check: bool = False, say: Callable[[str], None] = print) -> None:
+        self.check, self.say = check, say
+        self.artefacts: dict[Path, Artefact] = {}
+
+    def add(self, artefact: Artefact) -> None:
+        self.artefacts.setdefault(artefact.marker.absolute(), artefact)
+
+
+class _Unnoted:
+    """Outside a :func:`preparing` block: nothing is noted or said (the log has the line)."""
+
+    check = False
+
+    def add(self, artefact: Artefact) -> None:
+        pass
+
+    def say(self, line: str) -> None:
+        pass
+
+
+_SESSION: contextvars.ContextVar[Preparation | None] = contextvars.ContextVar("preparing", default=None)
+
+
+@contextlib.contextmanager
+def preparing(check: bool = False, say: Callable[[str], None] = print) -> Iterator[Preparation]:
+    """Note every :func:`ensure_generated` of the block (module docstring); ``say`` gets the
+    progress lines; ``check``: build nothing, raise :class:`NotPrepared` at the first gap."""
+    session = Preparation(check=check, say=say)
+    token = _SESSION.set(session)
+    try:
+        yield session
+    finally:
+        _SESSION.reset(token)
+
+
+def progress(line: str) -> None:
+    """How far a long build is (``tokenised 120,000,000 tokens``), at most every 30 s from the
+    build's start: said in a :func:`preparing` block, logged in a run."""
+    now = time.monotonic()
+    if now - _PROGRESS["last"] < PROGRESS_EVERY_S:
+        return
+    _PROGRESS["last"] = now
+    session = _SESSION.get()
+    if session is None:
+        log.info(line)
+    else:
+        session.say(line)
+
+
+def counted(items: Iterable[Any], what: str, every: int = 10_000) -> Iterator[Any]:
+    """``items`` as they come, with a :func:`progress` line (``1,230,000 texts read``) as they are
+    consumed: for a build that reads a long stream (a tokenizer's training)."""
+    for n, item in enumerate(items, 1):
+        if n % every == 0:
+            progress(f"{n:,} {what}")
+        yield item
+
+
+PROGRESS_EVERY_S = 30.0
+_PROGRESS = {"last": 0.0}  # when progress() last spoke, or the current build started

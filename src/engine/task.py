@@ -137,6 +137,18 @@ class Task:
                 f"{', '.join(self.eval_splits)}"
             )
 
+    # -- data built ahead, on the CPU (python -m launch.prepare) -------------------------------
+
+    def prepare_data(self, data_dir: Path) -> Any:
+        """Build under ``data_dir`` what :meth:`datasets` would otherwise build on first use (token
+        caches, a tokenizer trained here, generated data sets), by the code :meth:`datasets` runs,
+        so that a run finds it ready; read nothing else, touch no GPU. Everything built goes
+        through :func:`src.engine.generated.ensure_generated`, which a check
+        (:func:`~src.engine.generated.preparing` with ``check=True``) turns into a cheap look that
+        builds nothing. Default: nothing to build (the data is read as it is); a task whose data is
+        missing may say so here (a :class:`DataError`)."""
+        return None
+
     def build_model(self, backbone: DictConfig) -> nn.Module:
         """The model for this task from the ``backbone`` config group (default: its ``model``)."""
         return instantiate(backbone.model, _convert_="all")

@@ -120,15 +120,29 @@ class Glue(Task):
 
     def datasets(self, data_dir: Path) -> tuple[EncodedExamples, EncodedExamples]:
         data_dir = Path(data_dir)
+        self.ensure_generated_data(data_dir)
+        train = self.read(data_dir, "train")
+        devs = [self.read(data_dir, split) for split in self.spec.dev_splits]
+        self.tokenizer = self.load_tokenizer(data_dir, train)
+        return self.encode([train]), self.encode(devs)
+
+    def prepare_data(self, data_dir: Path) -> None:
+        """``glue_tiny``'s generated files, and without a checkpoint the WordPiece trained on the
+        training sentences, by :meth:`datasets`' code. With a checkpoint there is nothing to build
+        ahead: the examples are encoded in memory at the start of each run with the vocabulary the
+        checkpoint carries, which exists only once the pretraining has run."""
+        data_dir = Path(data_dir)
+        self.ensure_generated_data(data_dir)
+        if not self.pretrained:
+            self.tokenizer = self.load_tokenizer(data_dir, self.read(data_dir, "train"))
+
+    def ensure_generated_data(self, data_dir: Path) -> None:
+        """With ``generate``: the ``glue_tiny`` files, generated unless they are there."""
         if self.generate:
             from .generate import GlueTinySpec, ensure_glue_tiny
 
             options = dict(self.generate)
             ensure_glue_tiny(data_dir / options.pop("root"), GlueTinySpec(**options))
-        train = self.read(data_dir, "train")
-        devs = [self.read(data_dir, split) for split in self.spec.dev_splits]
-        self.tokenizer = self.load_tokenizer(data_dir, train)
-        return self.encode([train]), self.encode(devs)
 
     def read(self, data_dir: Path, split: str) -> GlueExamples:
         return read_split(data_dir, self.spec, split, official=self.official, hub=self.hub)

@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from src.engine.generated import ensure_generated
+from src.engine.generated import ensure_generated, progress
 from src.errors import ConfigError
 
 from .tokenizer import EOT, TextTokenizer
@@ -82,11 +82,13 @@ def cached_tokens(
             for chunk in encode_documents(batches(), tokenizer, separate):
                 chunk.tofile(f)
                 tokens += chunk.size
+                progress(f"{bin_path.name}: {tokens:,} tokens so far")
         partial.replace(bin_path)
         return {"tokens": tokens}
 
     what = f"the {tokenizer.name} token cache {bin_path.name}"
-    saved = ensure_generated(base.with_suffix(".json"), meta, tokenise, damage, what=what)
+    marker = base.with_suffix(".json")
+    saved = ensure_generated(marker, meta, tokenise, damage, what=what, outputs=(bin_path,))
     return _open(bin_path, dtype, saved["tokens"])
 
 

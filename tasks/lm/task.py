@@ -17,10 +17,8 @@ disk, GPT-2's BPE, tokenised once into memory-mapped arrays, see :mod:`tasks.lm.
 
 from __future__ import annotations
 
-import logging
 import math
 import os
-import time
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +28,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 from torch import Tensor, nn
 
-from src.engine.generated import file_lock, generated_line
+from src.engine.generated import counted, ensure_generated
 from src.engine.task import Task
 from src.errors import ConfigError, DataError
 
@@ -47,8 +45,6 @@ from .tokenizer import (
 )
 
 TOKENIZERS = ("gpt2", "bpe", "bytes")
-
-log = logging.getLogger(__name__)
 
 
 class LanguageModelling(Task):
@@ -95,6 +91,11 @@ class LanguageModelling(Task):
         train, val = self.token_arrays(Path(data_dir))
         return self.windows(train, "training"), self.windows(val, "validation")
 
+    def prepare_data(self, data_dir: Path) -> None:
+        """The tokenizer trained here (``bpe``) and the token caches :meth:`datasets` reads, by the
+        same code (:meth:`token_arrays`)."""
+        self.token_arrays(Path(data_dir))
+
     def windows(self, tokens: np.ndarray, split: str) -> TokenWindows:
         """The windows of a split's tokens; a :class:`DataError` when it has less than one."""
         if len(tokens) <= self.seq_len:
@@ -115,15 +116,21 @@ class LanguageModelling(Task):
         if self.tokenizer_kind == "gpt2":
             return load_gpt2(data_dir / self.gpt2_dir)
         path = cache / f"bpe-{self.bpe_vocab_size}" / "tokenizer.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with file_lock(path.with_suffix(".lock")):  # concurrent runs train it once
-            if path.is_file():
-                return load_trained_bpe(path)
-            start = time.perf_counter()
-            trained = train_bpe((t for batch in train_texts() for t in batch), self.bpe_vocab_size, path)
-            what = f"a BPE tokenizer of {self.bpe_vocab_size:,} tokens"
-            log.info(generated_line(what, path.parent, time.perf_counter() - start))
-            return trained
+
+        def train() -> None:
+            texts = counted((t for batch in train_texts() for t in batch), "texts read")
+            train_bpe(texts, self.bpe_vocab_size, path)
+
+        ensure_generated(  # concurrent runs train it once; one trained before its marker existed is kept
+            path.with_name("trained.json"),
+            {"vocab_size": self.bpe_vocab_size},
+            train,
+            lambda saved: None if path.is_file() else f"missing {path}",
+            present=path.is_file,
+            what=f"a BPE tokenizer of {self.bpe_vocab_size:,} tokens",
+            outputs=(path,),
+        )
+        return load_trained_bpe(path)
 
     def cache_root(self, data_dir: Path) -> Path:
         return data_dir / self.cache_dir  # an absolute cache_dir stays as it is
@@ -223,6 +230,11 @@ class HubTextCorpus(LanguageModelling):
     def token_arrays(self, data_dir: Path) -> tuple[np.ndarray, np.ndarray]:
         train, val = self.split_tokens(data_dir, (self.train_split, self.val_split))
         return train, val
+
+    def prepare_data(self, data_dir: Path) -> None:
+        """The tokenizer and every split's token cache, the test split's included (evaluation's)."""
+        test = (self.test_split,) if self.test_split else ()
+        self.split_tokens(Path(data_dir), (self.train_split, self.val_split, *test))
 
     def split_tokens(self, data_dir: Path, splits: tuple[str, ...]) -> list[np.ndarray]:
         """The token arrays of ``splits`` (the hub's names), tokenised once into the cache;

@@ -49,13 +49,17 @@ class ListOpsSmall(ListOps):
         super().__init__(**kwargs)
         self.spec = listops.ListOpsSpec(**dict(generate or {}))
 
-    def datasets(self, data_dir: Path):
+    def prepare_data(self, data_dir: Path) -> None:
+        """The three TSV files, generated unless they are there (what :meth:`datasets` reads)."""
         ensure_listops(Path(data_dir) / self.folder, self.spec)
+
+    def datasets(self, data_dir: Path):
+        self.prepare_data(data_dir)
         return super().datasets(data_dir)
 
     def eval_dataset(self, data_dir: Path, split: str) -> Sequences:
         self.check_split(split)
-        ensure_listops(Path(data_dir) / self.folder, self.spec)
+        self.prepare_data(data_dir)
         return super().eval_dataset(data_dir, split)
 
 
@@ -74,6 +78,7 @@ def ensure_listops(folder: Path, spec: listops.ListOpsSpec) -> None:
         damage,
         present=lambda: all(f.is_file() for f in files),  # files without generator.json: the user's
         what=f"ListOps ({spec.num_train:,} train / {spec.num_val:,} val / {spec.num_test:,} test)",
+        outputs=files,
     )
 
 

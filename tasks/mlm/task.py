@@ -148,9 +148,8 @@ class MaskedLM(Task):
 
     def datasets(self, data_dir: Path) -> tuple[PackedSequences, PackedSequences]:
         data_dir = Path(data_dir)
-        self.ensure_corpus(data_dir)
+        arrays = self.token_arrays(data_dir)
         train, val = self.train_split, self.val_split
-        arrays = self.split_tokens(data_dir, (train,) if val is None else (train, val))
         if val is None:  # the last val_fraction of the training split's sequences
             n = len(arrays[0]) // self.seq_len
             cut = (n - max(1, round(n * self.val_fraction))) * self.seq_len
@@ -165,6 +164,18 @@ class MaskedLM(Task):
                     f"of task.seq_len={self.seq_len}"
                 )
         return sets[0], sets[1]
+
+    def prepare_data(self, data_dir: Path) -> None:
+        """The generated corpus (``generate``), the WordPiece trained here and the token caches that
+        :meth:`datasets` reads, by the same code (:meth:`token_arrays`)."""
+        self.token_arrays(Path(data_dir))
+
+    def token_arrays(self, data_dir: Path) -> list[np.ndarray]:
+        """The token arrays of the training split and of ``val_split`` (when set), the corpus
+        generated and the tokenizer trained first where needed; sets ``self.tokenizer``."""
+        self.ensure_corpus(data_dir)
+        train, val = self.train_split, self.val_split
+        return self.split_tokens(data_dir, (train,) if val is None else (train, val))
 
     def ensure_corpus(self, data_dir: Path) -> None:
         """With ``generate``: the synthetic ``glue_tiny`` corpus, generated unless it is there."""

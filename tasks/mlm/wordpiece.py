@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from src.engine.generated import ensure_generated
+from src.engine.generated import counted, ensure_generated
 from src.errors import DataError
 from tasks.lm.tokenizer import save_tokenizer
 
@@ -164,7 +164,7 @@ def cached_wordpiece(
     path = Path(path)
 
     def train() -> None:
-        train_wordpiece(texts(), vocab_size, path)
+        train_wordpiece(counted(texts(), "texts read"), vocab_size, path)
 
     def damage(saved: dict) -> str | None:
         return None if path.is_file() else f"missing {path}"
@@ -175,6 +175,7 @@ def cached_wordpiece(
         train,
         damage,
         what=f"a WordPiece vocabulary of {vocab_size:,} tokens",
+        outputs=(path,),
     )
     return load_trained_wordpiece(path)
 

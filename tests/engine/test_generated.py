@@ -11,7 +11,7 @@ import time
 import pytest
 from conftest import ROOT
 
-from src.engine.generated import ensure_generated
+from src.engine.generated import NotPrepared, ensure_generated, preparing
 
 
 class Generator:
@@ -156,3 +156,64 @@ def test_first_use_says_in_one_line_what_was_generated_where_and_how_long_and_a_
     with caplog.at_level(logging.INFO):
         ensure_listops(folder, spec)
     assert not [r for r in caplog.records if r.getMessage().startswith("generated")]
+
+
+# -- preparing ahead: a block that notes what it found or built, and a check that builds nothing -----
+
+
+def test_a_check_builds_nothing_and_says_what_is_missing_and_why(tmp_path):
+    make = Generator(tmp_path)
+    marker = tmp_path / "generator.json"
+    damage = lambda saved: None if (tmp_path / "data.txt").is_file() else "data.txt is missing"  # noqa: E731
+    with preparing(check=True) as check:
+        with pytest.raises(NotPrepared, match=rf"in {tmp_path}: not built yet"):
+            ensure(tmp_path, make, 1, damage=damage)
+        assert make.calls == 0 and list(tmp_path.iterdir()) == []  # no lock file either
+    ensure(tmp_path, make, 1, damage=damage)
+    with preparing(check=True) as check:
+        assert ensure(tmp_path, make, 1, damage=damage) == {"seed": 1, "rows": 3}
+        with pytest.raises(NotPrepared, match="built from another seed"):
+            ensure(tmp_path, make, 2, damage=damage)
+        (tmp_path / "data.txt").unlink()
+        with pytest.raises(NotPrepared, match="data.txt is missing"):
+            ensure(tmp_path, make, 1, damage=damage)
+    assert make.calls == 1 and marker.is_file()  # the marker a check found stale is left as it was
+    assert [a.state for a in check.artefacts.values()] == ["ready"]
+    (tmp_path / "data.txt").write_text("the user's own")
+    marker.unlink()
+    with preparing(check=True) as check:
+        assert ensure(tmp_path, make, 1, present=(tmp_path / "data.txt").is_file) == {}
+    assert [a.state for a in check.artefacts.values()] == ["found"] and make.calls == 1
+
+
+def test_a_preparing_block_notes_each_artefact_once_with_its_files_and_says_what_it_builds(tmp_path):
+    make, said = Generator(tmp_path), []
+    data = tmp_path / "data.txt"
+    with preparing(say=said.append) as first:
+        ensure(tmp_path, make, 1, what="the data", outputs=(data,))
+        ensure(tmp_path, make, 1, what="the data", outputs=(data,))  # read again: still one, built
+    ((marker, artefact),) = first.artefacts.items()
+    assert marker == tmp_path / "generator.json" and artefact.state == "built" and make.calls == 1
+    assert artefact.outputs == (data,) and artefact.size() == len("seed 1") and artefact.seconds >= 0
+    assert said[0] == f"building the data in {tmp_path} ..." and said[1].startswith(
+        f"generated the data in {tmp_path}"
+    )
+    with preparing(say=said.append) as second:
+        ensure(tmp_path, make, 1, what="the data", outputs=(data,))
+    assert [a.state for a in second.artefacts.values()] == ["ready"] and len(said) == 2 and make.calls == 1
+    with pytest.warns(UserWarning, match="generating again"):
+        ensure(tmp_path, make, 2)  # outside a block: nothing noted, nothing said
+    assert len(said) == 2 and [a.state for a in second.artefacts.values()] == ["ready"]
+
+
+def test_a_long_build_says_how_far_it_is_at_most_every_interval(tmp_path, monkeypatch):
+    from src.engine import generated
+
+    said = []
+    monkeypatch.setitem(generated._PROGRESS, "last", time.monotonic())  # a build has just started
+    with preparing(say=said.append):
+        assert list(generated.counted(range(25), "texts read", every=10)) == list(range(25))
+        assert said == []  # within the interval of the build's start: nothing said
+        monkeypatch.setattr(generated, "PROGRESS_EVERY_S", 0.0)
+        assert list(generated.counted(range(25), "texts read", every=10)) == list(range(25))
+    assert said == ["10 texts read", "20 texts read"]
