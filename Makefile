@@ -67,7 +67,7 @@ test-timm: ## timm's own model tests on tiny models of each family, per variant,
 bench: ## speed and memory of each attention variant; ARGS="--device cuda …" (python -m launch.bench --help)
 	$(PYTHON) -m launch.bench $(ARGS)
 
-gpu-check: ## the GPU check in one command (< 8 min on one CUDA GPU): throughput, compile, memory, DDP → gpu_check.json
+gpu-check: ## the GPU check (< 8 min on one GPU): fails on a stated threshold → outputs/gpu_check/; ARGS="--dry"
 	$(PYTHON) -m launch.gpu_check $(ARGS)
 
 docs: ## build the docs site into site/ (mkdocs-material; --strict: a broken link fails)

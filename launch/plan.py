@@ -3,43 +3,44 @@
     python -m launch.plan experiment=paper/imagenet
     python -m launch.plan experiment=paper/glue task=mlm seed=0 --gpu A100-SXM --gpus 64
     python -m launch.plan -m task=digits attn=standard,spectral seed=0,1,2 --measured gpu_check.json
+    python -m launch.plan --all --gpu H100-SXM        # every paper table, and their total
+    python -m launch.plan --references                # the MFU the published costs imply
 
 The grid is the one ``python -m src.run -m <the same overrides>`` runs (Hydra's basic sweeper over
 the experiment's ``hydra.sweeper.params`` and the command line's lists, expanded as
 :func:`launch.wandb_sweep.grid` does). For each distinct run (the seeds of one config are one row),
 without data and without training:
 
-- **FLOPs per optimizer step**: the run's model built on the meta device (the backbone's
-  ``model`` node with what its task adds from its data, taken from the config or a table here,
-  and ``cfg.attn``'s variant applied where that works on meta), one sample's forward and backward
-  counted by :class:`torch.utils.flop_counter.FlopCounterMode` (a multiply-add counts 2), times
-  the global batch (``task.batch_size × trainer.accumulate``; for detection, per process × the
-  processes of ``resources``). Only matmul-like operations count: a variant's decompositions
-  (SVD, eigenvalues) and the optimizer are not in it, nor is the data pipeline. A model that
-  cannot run on meta (``torch.autocast`` knows no meta device) runs on fake CPU tensors, which
-  hold no data either. Masked-LM pretraining decodes only its masked positions, as the task does.
-  Detection trains in mmdet's Runner: its rows count the timm backbone alone at the task's
-  ``img_scale`` (a lower bound, said in the row).
+- **FLOPs and kernel launches per optimizer step** (:mod:`launch.flops`): one sample's forward
+  and backward on the meta device, FLOPs times the global batch (``task.batch_size ×
+  trainer.accumulate``; for detection, per process × the processes of ``resources``), launches
+  times the forward-backward passes of a step on all its processes (:func:`micro_batches`).
+  Detection counts Mask R-CNN whole: backbone, FPN, RPN head, box and mask heads.
 - **steps**: ``trainer.max_steps``, else ``trainer.max_epochs`` × ⌈train-set size / global
   batch⌉ with the sizes of :data:`TRAIN_SIZES`.
-- **GPU-hours**: total FLOPs / (the GPU's dense bf16 peak, :data:`GPUS`, × the MFU), or, where
-  ``--measured FILE`` gives a step time for the run's backbone (and variant), steps × that time
-  (the table's ``from`` column says which). A step too short at the MFU to fill a GPU
-  (:data:`SMALL_STEP_S`) says its hours are a floor.
+- **GPU-hours**: steps × (FLOPs / (the GPU's dense bf16 peak, :data:`GPUS`, × the MFU) +
+  launches × :data:`LAUNCH_S`): a small model's step is its launches (LRA, GLUE), a large
+  one's its FLOPs. The default MFU, :data:`DEFAULT_MFU`, is the one the published costs of the
+  plan's own reference rows imply (:data:`REFERENCES`, :func:`reference_mfu`: DeiT-B's 424
+  V100-hours, Cramming's A6000-day). Where ``--measured FILE`` (a ``launch.gpu_check`` JSON)
+  times the run's backbone (and variant), steps × that time instead: the suite's own loop
+  (``loop_samples_per_s``) before a bare step (``seconds_per_step``, ``samples_per_s``); the
+  table's ``from`` column says which (``loop``, ``step``, ``MFU``), and the file's measured
+  host cost per launch replaces :data:`LAUNCH_S`.
 - **storage**: what the trainer keeps per run (``last.pt`` and ``previous.pt``: fp32 weights and
   AdamW's two fp32 moments, plus the EMA's weights if any; ``best.pt``: the weights and EMA) and
   its record's rows (:data:`RECORD_ROW_BYTES` per row, **[reading]**).
 - **wall time**: a run on the GPUs its ``resources`` ask for, and the whole sweep at ``--gpus N``,
   both at perfect scaling (**[reading]**: a lower bound).
 
-Where a paper states its compute (:data:`PAPER_COMPUTE`), the row shows it beside ours. Bad input
-is one ``error: …`` line and exit status 2.
+Where a paper states its compute (:data:`PAPER_COMPUTE`), the row shows it beside ours on its
+GPU. Several experiments (``experiment=a,b`` or ``--all``) end with a totals table. Bad input is
+one ``error: …`` line and exit status 2.
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
 import itertools
 import json
 import math
@@ -48,6 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from launch.flops import step_cost
 from src.errors import ConfigError
 
 #: Dense bf16 tensor-core peak, FLOP/s, from each vendor datasheet (V100 has no bf16: its fp16).
@@ -65,11 +67,58 @@ GPUS: dict[str, tuple[float, str]] = {
     "V100": (125e12, "NVIDIA V100 datasheet (2020): FP16 tensor 125 TFLOPS (no bf16)"),
 }
 DEFAULT_GPU = "A100-SXM"
-#: **[reading]** PaLM's model-FLOP utilisation (Chowdhery et al., 2022, "PaLM", Table 3: 46.2% for
-#: 540B on TPU v4). A large LM's figure: an 86M ViT's step on one GPU is smaller and its data
-#: loading heavier, so the true MFU is likely lower and these GPU-hours a lower bound. ``--mfu``.
-DEFAULT_MFU = 0.462
-MFU_SOURCE = "PaLM's 46.2% (Chowdhery et al., 2022, Table 3) [reading]"
+
+
+@dataclass(frozen=True)
+class Reference:
+    """A published run the plan can price itself: its overrides, and the GPU-hours its paper states."""
+
+    name: str
+    overrides: tuple[str, ...]
+    hours: float
+    gpu: str
+    source: str
+
+
+#: The published costs the plan is calibrated on (the suite quotes both: conf/task/imagenet.yaml,
+#: conf/task/mlm.yaml). DeiT trained with DeiT's recipe on ``deit_base``; the suite's ``vit_base``
+#: row runs the same recipe and cost. Cramming's GPU: **[reading]** the paper's main one, an RTX
+#: A6000 (it also reports an RTX 2080 Ti and an A4000).
+REFERENCES: tuple[Reference, ...] = (
+    Reference(
+        "DeiT-B",
+        ("experiment=paper/imagenet", "backbone=deit_base", "attn=standard", "seed=0"),
+        424.0,
+        "V100",
+        "DeiT-B 300 epochs: 53 h on one node of 8 V100 (Touvron et al., 2021, sec. 6)",
+    ),
+    Reference(
+        "Cramming",
+        ("experiment=paper/glue", "task=mlm", "attn=standard", "seed=0"),
+        24.0,
+        "A6000",
+        "Cramming: one GPU-day on one RTX A6000 (Geiping & Goldstein, 2022)",
+    ),
+)
+#: Compute a paper states for one run, keyed ``task`` or ``task/backbone``.
+PAPER_COMPUTE: dict[str, Reference] = {
+    "mlm/crammed_bert": REFERENCES[1],
+    "imagenet/deit_base": REFERENCES[0],
+    "imagenet/vit_base": REFERENCES[0],
+}
+#: **[reading]** host seconds per kernel launch in an eager training step: PyTorch's dispatch,
+#: autograd's bookkeeping and the launch itself, which a GPU waits on when its kernels are small.
+#: Measured 25 µs per aten operation for a whole bare step (forward, backward, AdamW) of a
+#: 2-block, width-8 ViT at batch 1 on the suite's 2-core CI machine's CPU, where the compute is
+#: nil; a server core is faster and a CUDA launch adds a few µs: 20 µs. ``launch.gpu_check``
+#: measures it on the GPU (``launch.seconds_per_op``), and ``--measured`` uses that.
+LAUNCH_S = 20e-6
+#: Model-FLOP utilisation: the geometric mean of what the reference rows' published costs imply
+#: on their GPUs with :data:`LAUNCH_S` (``python -m launch.plan --references``, a test holds it to
+#: :func:`derived_mfu`): DeiT-B 0.218 on V100, Cramming 0.216 on A6000 (see the docstring of
+#: :func:`reference_mfu`). ``--mfu`` overrides it.
+DEFAULT_MFU = 0.217
+MFU_SOURCE = "the reference rows' (DeiT-B on V100, Cramming on A6000): --references"
 
 #: Training-set sizes (samples) of tasks that count their budget in epochs.
 TRAIN_SIZES: dict[str, tuple[int, str]] = {
@@ -85,23 +134,18 @@ TRAIN_SIZES: dict[str, tuple[int, str]] = {
     "glue_rte": (2_490, "GLUE RTE train"),
     "glue_wnli": (635, "GLUE WNLI train"),
 }
-
-#: Compute a paper states for one run, keyed ``task`` or ``task/backbone``: (GPU-hours, the GPU of
-#: :data:`GPUS` it ran on, the source); the suite quotes both (conf/task/mlm.yaml, conf/task/imagenet.yaml).
-DEIT_B = (424.0, "V100", "DeiT-B 300 epochs: 53 h on 8 V100 (Touvron et al., 2021, sec. 6)")
-PAPER_COMPUTE: dict[str, tuple[float, str, str]] = {
-    # [reading] the A6000: the paper's main GPU as we recall it (it also reports an RTX 2080 Ti and A4000)
-    "mlm/crammed_bert": (24.0, "A6000", "Cramming: one GPU-day on one RTX A6000 (Geiping & Goldstein, 2022)"),
-    "imagenet/deit_base": DEIT_B,
-    "imagenet/vit_base": DEIT_B,
-}
-#: **[reading]** a step shorter than this at the MFU (a model of a few million parameters) leaves a
-#: GPU waiting on kernel launches and data, not compute: its hours are a floor, said in the row.
-SMALL_STEP_S = 0.02
+#: Every paper table, as ``--all`` plans it: (name, the sweep's overrides). GLUE's masked-LM
+#: pretraining is its own sweep (conf/experiment/paper/glue.yaml's first command).
+TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("ImageNet", ("experiment=paper/imagenet",)),
+    ("COCO", ("experiment=paper/coco",)),
+    ("LM", ("experiment=paper/lm",)),
+    ("GLUE pretraining", ("experiment=paper/glue", "task=mlm", "seed=0")),
+    ("GLUE", ("experiment=paper/glue",)),
+    ("LRA", ("experiment=paper/lra",)),
+)
 #: **[reading]** bytes per row of metrics.jsonl (a JSON line of a dozen numbers and their keys).
 RECORD_ROW_BYTES = 400
-#: Vocabulary of a tokenizer named in a task config, where the task reads it from files.
-TOKENIZER_VOCAB = {"gpt2": 50_257}
 
 
 @dataclass
@@ -117,149 +161,17 @@ class Row:
     steps: int | None
     gpus_per_run: int
     storage_bytes: float | None
+    launches_per_step: int | None = None
     gpu_hours: float | None = None
     source: str = ""
     note: str = ""
     paper: str = ""
 
-
-# -- FLOPs ----------------------------------------------------------------------------------------
-
-
-def count_flops(model: Any, inputs: tuple, backward: bool = False) -> int:
-    """FLOPs of ``model(*inputs)`` (and of the backward of its output's sum), a multiply-add as 2."""
-    from torch.utils.flop_counter import FlopCounterMode
-
-    with FlopCounterMode(display=False) as counter:
-        out = model(*inputs)
-        if backward:
-            out = out[0] if isinstance(out, tuple | list) else out
-            out.float().sum().backward()
-    return int(counter.get_total_flops())
-
-
-def forward_flops(model: Any, img_size: int = 224, in_chans: int = 3, inputs: tuple | None = None) -> int:
-    """FLOPs of one sample's forward pass (a multiply-add counted as 2), counted on the meta device.
-
-    ``model``: a timm model name (built on meta at ``img_size``, no weights) or a built model;
-    ``inputs``: its positional inputs for one sample (default: one ``in_chans × img_size²`` image
-    on the model's device)."""
-    import torch
-
-    if isinstance(model, str):
-        import timm
-
-        with torch.device("meta"):
-            model = timm.create_model(model, pretrained=False, img_size=img_size, in_chans=in_chans)
-    if inputs is None:
-        device = next(model.parameters()).device
-        inputs = (torch.zeros(1, in_chans, img_size, img_size, device=device),)
-    with torch.no_grad():
-        return count_flops(model, inputs)
-
-
-def model_and_inputs(cfg: Any, device: str = "meta") -> tuple[Any, tuple, str]:
-    """The run's model without weights (on ``device``: meta, or the CPU inside a
-    :class:`FakeTensorMode <torch._subclasses.fake_tensor.FakeTensorMode>`), one sample's inputs,
-    and a note on what was approximated."""
-    import torch
-    from hydra.utils import instantiate
-    from omegaconf import OmegaConf
-
-    from src import attention
-
-    cfg = copy.deepcopy(cfg)
-    task, kind = cfg.task, str(cfg.backbone.get("kind"))
-    if OmegaConf.to_container(cfg.backbone.model, resolve=False).get("pretrained") is not None:
-        # weights change no FLOPs, and GLUE's ${pretrained_by:…} names a run folder only a run has
-        OmegaConf.update(cfg, "backbone.model.pretrained", None)
-    extra: dict[str, Any] = {}
-    note = ""
-    if kind in ("image", "detection"):
-        side = (task.img_size, task.img_size) if kind == "image" else detection_input(task)
-        x = (torch.zeros(1, task.get("in_chans", 3), *side, device=device),)
-    elif kind in ("causal_lm", "text"):
-        tok = task.get("tokenizer")
-        vocab = TOKENIZER_VOCAB.get(str(tok)) or task.get("vocab_size") or task.get("bpe_vocab_size")
-        extra["vocab_size"] = int(vocab)
-        if kind == "text" and task.name != "mlm":
-            extra["num_labels"] = 1 if task.name == "glue_stsb" else 3 if task.name == "glue_mnli" else 2
-        x = (torch.zeros(1, task.seq_len, dtype=torch.long, device=device),)
-    elif kind == "sequence":
-        built = instantiate(task, _convert_="all")
-        extra = dict(
-            vocab_size=built.vocab_size,
-            num_classes=built.num_classes,
-            max_positions=built.pad_length,
-            dual=built.dual,
-        )
-        ids = torch.zeros(1, built.pad_length, dtype=torch.long, device=device)
-        mask = torch.ones(1, built.pad_length, dtype=torch.bool, device=device)
-        x = (ids, mask, ids, mask) if built.dual else (ids, mask)
-    else:
-        raise ValueError(f"no inputs known for a {kind} backbone")
-    with torch.device(device):
-        if kind == "detection":  # mmdet builds the detector; its backbone is timm's model
-            import timm
-
-            model = timm.create_model(cfg.backbone.model.model_name, pretrained=False, num_classes=0)
-            note = "the backbone only (Mask R-CNN's FPN and heads not counted: a lower bound)"
-        else:
-            model = instantiate(cfg.backbone.model, _convert_="all", **extra)
-    try:
-        attention.apply(model, attention.variant_from_config(cfg.attn))
-    except Exception as e:  # noqa: BLE001  a variant whose setup needs real weights
-        skipped = f"{cfg.attn.variant} not applied ({type(e).__name__}): the backbone's FLOPs"
-        note = "; ".join(w for w in (note, skipped) if w)
-    if kind == "text" and task.get("mask_prob"):
-        model = MaskedLM(model, float(task.mask_prob))
-    return model, x, note
-
-
-class MaskedLM:
-    """Masked-LM pretraining's model as tasks/mlm/task.py calls it: the encoder on every position,
-    the tied decoder only on the masked ones (``mask_prob`` of them: the mean; **[reading]**)."""
-
-    def __init__(self, model: Any, mask_prob: float) -> None:
-        self.model, self.mask_prob = model, mask_prob
-
-    def __call__(self, ids: Any) -> Any:
-        hidden = self.model.encode(ids)  # (B, N, D)
-        masked = max(1, round(self.mask_prob * ids.shape[1]))
-        return self.model.mlm_logits(hidden[:, :masked])  # (B, M, V)
-
-    def parameters(self) -> Any:
-        return self.model.parameters()
-
-    def train(self) -> None:
-        self.model.train()
-
-
-def detection_input(task: Any) -> tuple[int, int]:
-    """``(H, W)`` of a detection image: the task's ``img_scale`` (longer, shorter), padded to 32."""
-    longer, shorter = (int(v) for v in task.img_scale)
-    return tuple(32 * math.ceil(v / 32) for v in (shorter, longer))
-
-
-def step_cost(cfg: Any) -> tuple[int | None, float | None, str]:
-    """``(parameters, FLOPs of one sample's forward + backward, note)`` of the run of ``cfg``: on
-    the meta device, or where a model cannot run there (``torch.autocast`` knows no meta device:
-    the Nyströmformer), on fake CPU tensors, which hold no data either."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    try:
-        try:
-            model, x, note = model_and_inputs(cfg)
-            model.train()
-            flops = count_flops(model, x, backward=True)
-        except RuntimeError:
-            with FakeTensorMode(allow_non_fake_inputs=True):
-                model, x, note = model_and_inputs(cfg, device="cpu")
-                model.train()
-                flops = count_flops(model, x, backward=True)
-    except Exception as e:  # noqa: BLE001  said in the table, not fatal to the plan
-        return None, None, f"not counted: {str(e).splitlines()[0][:80]}"
-    return sum(p.numel() for p in model.parameters()), float(flops), note
+    def step_seconds(self, peak: float, mfu: float, launch_s: float) -> float | None:
+        """GPU-seconds of one optimizer step: its FLOPs at ``mfu`` of ``peak``, plus its launches."""
+        if self.flops_per_step is None:
+            return None
+        return self.flops_per_step / (peak * mfu) + (self.launches_per_step or 0) * launch_s
 
 
 # -- steps, storage, hours ------------------------------------------------------------------------
@@ -313,16 +225,43 @@ def storage_bytes(params: int, cfg: Any, steps: int | None) -> float:
     return ckpt + rows * RECORD_ROW_BYTES
 
 
-def measured_step(measured: dict[str, Any], row: Row, batch: int) -> float | None:
-    """Seconds per optimizer step from a ``launch.gpu_check`` JSON, for ``backbone/attn`` or the
-    backbone: ``{"seconds_per_step": {key: s}}`` (at the recipe's global batch) or
-    ``{"samples_per_s": {key: n}}`` (one GPU)."""
-    for key in (f"{row.backbone}/{row.attn}", row.backbone):
+def micro_batches(cfg: Any) -> int:
+    """Forward-backward passes one optimizer step runs, summed over its processes: each launches
+    the model's kernels once (:func:`src.engine.loop.batching.plan_batch`'s split)."""
+    from src.engine.loop.batching import plan_batch
+
+    world, accumulate = processes(cfg), int(cfg.trainer.get("accumulate") or 1)
+    if cfg.task.get("input") == "detection":
+        return world * accumulate
+    try:
+        return world * plan_batch(int(cfg.task.batch_size), accumulate, world).accumulate
+    except ConfigError:  # a world that cannot keep the batch: src.run refuses it; priced as written
+        return world * accumulate
+
+
+def measured_step(measured: dict[str, Any], row: Row, batch: int) -> tuple[float, str] | None:
+    """GPU-seconds per optimizer step from a ``launch.gpu_check`` JSON for ``backbone/attn`` or the
+    backbone, and where they come from: the suite's loop (``{"loop_samples_per_s": {key: n}}``, one
+    GPU) before a bare step (``{"seconds_per_step": {key: s}}`` at the recipe's global batch, or
+    ``{"samples_per_s": {key: n}}``); only for the file's ``task`` where it names one."""
+    if measured.get("task") not in (None, row.task):  # the check times one task's shapes (ImageNet's)
+        return None
+    keys = (f"{row.backbone}/{row.attn}", row.backbone)
+    for key in keys:
+        if key in measured.get("loop_samples_per_s", {}):
+            return batch / float(measured["loop_samples_per_s"][key]), "loop"
+    for key in keys:
         if key in measured.get("seconds_per_step", {}):
-            return float(measured["seconds_per_step"][key])
+            return float(measured["seconds_per_step"][key]), "step"
         if key in measured.get("samples_per_s", {}):
-            return batch / float(measured["samples_per_s"][key])
+            return batch / float(measured["samples_per_s"][key]), "step"
     return None
+
+
+def measured_launch(measured: dict[str, Any] | None) -> float | None:
+    """The host seconds per kernel launch a ``launch.gpu_check`` JSON measured, if it did."""
+    value = ((measured or {}).get("launch") or {}).get("seconds_per_op")
+    return float(value) if isinstance(value, int | float) and value > 0 else None
 
 
 # -- the sweep ------------------------------------------------------------------------------------
@@ -385,18 +324,27 @@ def as_text(node: Any) -> str:
 
 
 def plan(
-    arguments: list[str], gpu: str = DEFAULT_GPU, mfu: float = DEFAULT_MFU, measured: dict | None = None
+    arguments: list[str],
+    gpu: str = DEFAULT_GPU,
+    mfu: float = DEFAULT_MFU,
+    measured: dict | None = None,
+    launch_s: float | None = None,
+    costs: dict | None = None,
 ) -> list[Row]:
-    """One :class:`Row` per distinct run of the sweep of ``arguments``."""
+    """One :class:`Row` per distinct run of the sweep of ``arguments``. ``launch_s``: host seconds
+    per kernel launch (default: ``measured``'s, else :data:`LAUNCH_S`); ``costs``: a cache of
+    step costs shared between calls (one per distinct task, backbone and variant)."""
     peak = GPUS[gpu][0]
-    rows, costs = [], {}
+    if launch_s is None:
+        launch_s = measured_launch(measured) or LAUNCH_S
+    rows, costs = [], {} if costs is None else costs
     for overrides, seeds in jobs(arguments):
         cfg = compose(overrides)
         key = (str(cfg.task.name), str(cfg.backbone.name), str(cfg.attn.variant), global_batch(cfg))
         same = (key[0], as_text(cfg.task), as_text(cfg.backbone), as_text(cfg.attn))  # a seed changes nothing
         if same not in costs:
             costs[same] = step_cost(cfg)
-        params, flops, note = costs[same]
+        params, flops, kernels, note = costs[same]
         steps = steps_of(cfg)
         row = Row(
             task=key[0],
@@ -408,24 +356,77 @@ def plan(
             steps=steps,
             gpus_per_run=processes(cfg),
             storage_bytes=storage_bytes(params, cfg, steps) if params is not None else None,
+            launches_per_step=kernels * micro_batches(cfg) if kernels is not None else None,
             note=note if steps is not None else (note or "no step count: no max_steps and no train-set size"),
         )
-        seconds = measured_step(measured or {}, row, key[3])
-        if seconds is not None and steps is not None:
-            row.gpu_hours, row.source = steps * seconds / 3600, "measured"
-        elif row.flops_per_step is not None and steps is not None:
-            row.gpu_hours, row.source = row.flops_per_step * steps / (peak * mfu) / 3600, "MFU"
-            step_s = row.flops_per_step / (peak * mfu)
-            if step_s < SMALL_STEP_S:
-                small = f"{step_s * 1e3:.2g} ms a step: too small to fill a GPU, the hours a floor (measure)"
-                row.note = "; ".join(w for w in (row.note, small) if w)
+        timed = measured_step(measured or {}, row, key[3])
+        seconds = row.step_seconds(peak, mfu, launch_s)
+        if timed is not None and steps is not None:
+            row.gpu_hours, row.source = steps * timed[0] / 3600, timed[1]
+        elif seconds is not None and steps is not None:
+            row.gpu_hours, row.source = steps * seconds / 3600, "MFU"
+            share = (row.launches_per_step or 0) * launch_s / seconds
+            if share >= 0.5:
+                bound = f"launch-bound: {share:.0%} of its step is {row.launches_per_step:,} launches"
+                row.note = "; ".join(w for w in (row.note, bound) if w)
         stated = PAPER_COMPUTE.get(f"{row.task}/{row.backbone}") or PAPER_COMPUTE.get(row.task)
         if stated is not None:
-            ours = row.flops_per_step * steps / (GPUS[stated[1]][0] * mfu) / 3600 if row.gpu_hours else None
-            beside = f", ours {ours:,.0f} {stated[1]}-h at this MFU" if ours is not None else ""
-            row.paper = f"paper: {stated[0]:g} {stated[1]}-h{beside} ({stated[2]})"
+            theirs = row.step_seconds(GPUS[stated.gpu][0], mfu, launch_s)
+            ours = steps * theirs / 3600 if theirs is not None and steps is not None else None
+            beside = f", ours {ours:,.0f} {stated.gpu}-h at this MFU" if ours is not None else ""
+            row.paper = f"paper: {stated.hours:g} {stated.gpu}-h{beside} ({stated.source})"
         rows.append(row)
     return rows
+
+
+# -- the MFU from the reference rows --------------------------------------------------------------
+
+
+def reference_row(ref: Reference, mfu: float = DEFAULT_MFU, launch_s: float = LAUNCH_S, costs=None) -> Row:
+    """The plan's own row for a reference run, priced on the reference's GPU."""
+    (row,) = plan(list(ref.overrides), gpu=ref.gpu, mfu=mfu, launch_s=launch_s, costs=costs)
+    return row
+
+
+def reference_mfu(ref: Reference, launch_s: float = LAUNCH_S, costs=None) -> float:
+    """The MFU at which the plan's row for ``ref`` costs what its paper states on its GPU: its
+    FLOPs over (the peak × the published seconds less the row's launches). At 20 µs a launch:
+    DeiT-B's 375,600 steps of 1,024 images (105 GFLOPs each) on 8 V100s in 424 GPU-hours, 0.218;
+    Cramming's 4,300 steps of 8,192 sequences on an A6000 in 24 hours, 0.216."""
+    row = reference_row(ref, 1.0, launch_s, costs)
+    if row.flops_per_step is None or row.steps is None:
+        raise ConfigError(f"reference {ref.name}: the plan cannot count its row ({row.note})")
+    launches = (row.launches_per_step or 0) * launch_s * row.steps
+    return row.flops_per_step * row.steps / (GPUS[ref.gpu][0] * (ref.hours * 3600 - launches))
+
+
+def derived_mfu(launch_s: float = LAUNCH_S, costs=None) -> float:
+    """The geometric mean of the reference rows' MFUs (:func:`reference_mfu`)."""
+    values = [reference_mfu(ref, launch_s, costs) for ref in REFERENCES]
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def references_table(mfu: float, launch_s: float) -> str:
+    """Each reference: its published GPU-hours, the plan's at ``mfu`` on the same GPU, the MFU
+    its cost implies."""
+    costs: dict = {}
+    lines = [
+        "| reference | GPU | paper GPU-h | plan GPU-h | plan / paper | MFU it implies | source |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for ref in REFERENCES:
+        row = reference_row(ref, mfu, launch_s, costs)
+        hours = "n/a" if row.gpu_hours is None else f"{row.gpu_hours:,.0f}"
+        ratio = "n/a" if row.gpu_hours is None else f"{row.gpu_hours / ref.hours:.2f}"
+        implied = reference_mfu(ref, launch_s, costs)
+        lines.append(
+            f"| {ref.name} | {ref.gpu} | {ref.hours:g} | {hours} | {ratio} | {implied:.3f} | {ref.source} |"
+        )
+    lines.append(f"\ngeometric mean: MFU {derived_mfu(launch_s, costs):.3f} (the default: {DEFAULT_MFU})")
+    return "\n".join(lines)
+
+
+# -- output ---------------------------------------------------------------------------------------
 
 
 def short(value: float) -> str:
@@ -434,9 +435,14 @@ def short(value: float) -> str:
 
 
 COLUMNS = (
-    "task", "backbone", "attn", "runs", "params (M)", "PFLOP/step", "steps", "GPU-h/run", "GPU-h", "from",
-    "wall h/run", "storage GB", "paper, note",
+    "task", "backbone", "attn", "runs", "params (M)", "PFLOP/step", "launches/step", "steps", "GPU-h/run",
+    "GPU-h", "from", "wall h/run", "storage GB", "paper, note",
 )  # fmt: skip
+
+
+def hours_of(rows: list[Row]) -> float:
+    """GPU-hours of every run the rows price."""
+    return sum(r.gpu_hours * r.runs for r in rows if r.gpu_hours is not None)
 
 
 def table(rows: list[Row], gpus: int) -> str:
@@ -459,6 +465,7 @@ def table(rows: list[Row], gpus: int) -> str:
                 r.task, r.backbone, r.attn, str(r.runs),
                 num(r.params and r.params / 1e6, ".1f"),
                 num(r.flops_per_step and r.flops_per_step / 1e15, ".3g"),
+                num(r.launches_per_step, ","),
                 num(r.steps, ","),
                 hrs(hours),
                 hrs(hours * r.runs if hours is not None else None),
@@ -468,20 +475,29 @@ def table(rows: list[Row], gpus: int) -> str:
                 "; ".join(w for w in (r.paper, r.note) if w),
             ])
         )  # fmt: skip
-    hours = sum(r.gpu_hours * r.runs for r in rows if r.gpu_hours is not None)
+    hours = hours_of(rows)
     store = sum(r.storage_bytes * r.runs for r in rows if r.storage_bytes is not None) / 1e9
     missing = sum(r.runs for r in rows if r.gpu_hours is None)
     words = f"{short(hours / 24)} GPU-days" + (f"; {missing} runs not counted" if missing else "")
     wall = f"{short(hours / gpus)} at {gpus} GPUs"
-    total = ["**total**", "", "", str(sum(r.runs for r in rows)), "", "", "", "", short(hours), "", wall]
+    total = ["**total**", "", "", str(sum(r.runs for r in rows)), "", "", "", "", "", short(hours), "", wall]
     lines.append(line([*total, f"{store:,.2f}", words]))
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Print the plan; one ``error:`` line and 2 on bad input."""
-    from src.precheck import precheck
+def totals(plans: list[tuple[str, list[Row]]], gpus: int, gpu: str) -> str:
+    """One line per table and their sum: runs, GPU-hours, GPU-days, wall time at ``gpus``."""
+    lines = [f"| table | runs | {gpu} GPU-h | GPU-days | wall days at {gpus} GPUs |", "|---|---|---|---|---|"]
+    every = [r for _, rows in plans for r in rows]
+    for name, rows in [*plans, ("**all**", every)]:
+        hours = hours_of(rows)
+        missing = sum(r.runs for r in rows if r.gpu_hours is None)
+        runs = f"{sum(r.runs for r in rows)}" + (f" ({missing} not counted)" if missing else "")
+        lines.append(f"| {name} | {runs} | {hours:,.0f} | {short(hours / 24)} | {short(hours / gpus / 24)} |")
+    return "\n".join(lines)
 
+
+def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m launch.plan", description=__doc__.splitlines()[0])
     parser.add_argument(
         "overrides", nargs="*", metavar="key=value", help="the sweep's overrides (-m is optional)"
@@ -493,7 +509,13 @@ def main(argv: list[str] | None = None) -> int:
         "--mfu",
         type=float,
         default=DEFAULT_MFU,
-        help=f"model-FLOP utilisation (default {MFU_SOURCE.replace('%', '%%')})",
+        help=f"model-FLOP utilisation (default {DEFAULT_MFU}: {MFU_SOURCE})",
+    )
+    parser.add_argument(
+        "--launch-us",
+        type=float,
+        default=None,
+        help=f"host µs per kernel launch (default: --measured's, else {LAUNCH_S * 1e6:g})",
     )
     parser.add_argument(
         "--gpus", type=int, default=8, help="GPUs the sweep runs on at once, for its wall time"
@@ -501,36 +523,65 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--measured", type=Path, help="a launch.gpu_check JSON: step times used instead of the MFU"
     )
-    argv = sys.argv[1:] if argv is None else argv
-    args = parser.parse_args([a for a in argv if a not in ("-m", "--multirun")])
+    parser.add_argument(
+        "--all", action="store_true", help="every paper table (the overrides join each) and their total"
+    )
+    parser.add_argument(
+        "--references", action="store_true", help="the reference rows against their published costs"
+    )
+    return parser.parse_args([a for a in argv if a not in ("-m", "--multirun")])
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the plan; one ``error:`` line and 2 on bad input."""
+    from src.precheck import precheck
+
+    args = parse(sys.argv[1:] if argv is None else argv)
     try:
         if args.gpu not in GPUS:
             raise ConfigError(f"--gpu {args.gpu}: not in the table; one of {', '.join(GPUS)}")
-        if not 0 < args.mfu <= 1 or args.gpus < 1:
-            raise ConfigError("--mfu is a fraction in (0, 1] and --gpus at least 1")
+        if not 0 < args.mfu <= 1 or args.gpus < 1 or (args.launch_us is not None and args.launch_us < 0):
+            raise ConfigError("--mfu is a fraction in (0, 1], --gpus at least 1 and --launch-us at least 0")
         measured = json.loads(args.measured.read_text()) if args.measured else None
         if measured is not None and (not isinstance(measured, dict) or measured.get("dry")):
             raise ConfigError(
                 f"--measured {args.measured}: not a real launch.gpu_check result (a --dry one times "
                 "tiny shapes): run python -m launch.gpu_check on a CUDA GPU"
             )
-        precheck(["-m", *args.overrides])  # src.run's refusals: a key no config has (did you mean …), …
-        plans = [(each, plan(each, args.gpu, args.mfu, measured)) for each in per_experiment(args.overrides)]
+        launch_s = measured_launch(measured) or LAUNCH_S
+        if args.launch_us is not None:
+            launch_s = args.launch_us * 1e-6
+        if args.references:
+            print(references_table(args.mfu, launch_s))
+            return 0
+        if args.all:
+            sweeps = [(name, [*overrides, *args.overrides]) for name, overrides in TABLES]
+        else:
+            sweeps = [(" ".join(each), each) for each in per_experiment(args.overrides)]
+        costs: dict = {}
+        plans = []
+        for name, each in sweeps:
+            precheck(["-m", *each])  # src.run's refusals: a key no config has (did you mean …), …
+            plans.append((name, plan(each, args.gpu, args.mfu, measured, launch_s, costs)))
     except (ConfigError, OSError, json.JSONDecodeError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     except Exception as error:  # noqa: BLE001  Hydra's grammar and composition errors
         print(f"error: {type(error).__name__}: {str(error).splitlines()[0]}", file=sys.stderr)
         return 2
-    for each, rows in plans:
+    for name, rows in plans:
         if len(plans) > 1:
-            print(f"\n## {' '.join(each)}\n")
+            print(f"\n## {name}\n")
         print(table(rows, args.gpus))
-    source = "measured step times where marked, else " if measured else ""
+    if len(plans) > 1:
+        print(f"\n## total\n\n{totals(plans, args.gpus, args.gpu)}")
+    source = f"measured step times ({measured.get('gpu', '?')}) where marked, else " if measured else ""
+    peak = GPUS[args.gpu][0]
     print(
-        f"\nGPU-hours: {source}FLOPs / ({args.gpu} {GPUS[args.gpu][0] / 1e12:g} TFLOP/s × MFU {args.mfu:.3g})"
+        f"\nGPU-hours: {source}FLOPs / ({args.gpu} {peak / 1e12:g} TFLOP/s × MFU {args.mfu:.3g})"
+        f" + launches × {launch_s * 1e6:.3g} µs"
     )
-    print(f"  {args.gpu}: {GPUS[args.gpu][1]}; MFU default: {MFU_SOURCE}")
+    print(f"  {args.gpu}: {GPUS[args.gpu][1]}; MFU default {DEFAULT_MFU}: {MFU_SOURCE}")
     return 0
 
 
