@@ -6,15 +6,20 @@ import itertools
 import math
 import random
 from collections import Counter
+from contextlib import nullcontext
 
 import pytest
 import torch
 from conftest import compose
+from torch import nn
 from torch.utils.data import Dataset, TensorDataset
 
 from src.engine import train
+from src.engine.distributed import Dist
 from src.engine.loop.data import BatchStream, EpochBatches, Position, SeededSamples, epoch_order, eval_loader
+from src.engine.loop.evaluation import evaluate
 from src.engine.record import checkpoint
+from src.engine.task import Task
 from src.errors import ConfigError
 
 
@@ -188,3 +193,37 @@ def test_steps_per_epoch_and_the_schedule_follow_the_repeated_epoch(tmp_path):
     summary = train(cfg, tmp_path / "run")
     saved = checkpoint.load(tmp_path / "run" / "checkpoints" / "last.pt")
     assert summary["steps_per_epoch"] == 20 and saved["loop"]["position"] == {"epoch": 0, "batch": 20}
+
+
+class Recording(Task):
+    """Evaluation that records which examples (their values are their indices) it was given."""
+
+    def __init__(self) -> None:
+        super().__init__(name="recording", input="sequence", batch_size=4, eval_batch_size=4)
+        self.seen: list[int] = []
+
+    def eval_sums(self, model, batch):
+        self.seen += batch[0].tolist()
+        return {"val/x": (batch[0].double().sum(), len(batch[0]))}
+
+
+class Alone(Dist):
+    """Rank ``rank`` of a simulated world: the collectives reduce nothing (each share seen alone)."""
+
+    def all_sum(self, values: torch.Tensor) -> torch.Tensor:
+        return values
+
+
+def test_evaluation_with_eval_batches_sees_the_same_examples_at_world_one_and_two():
+    """``trainer.eval_batches=3`` of 4 examples: one process evaluates examples 0-11; in a world of
+    two, rank 0 and rank 1 evaluate 6 each, and together the same 12."""
+    seen = {}
+    for rank, world in ((0, 1), (0, 2), (1, 2)):
+        task = Recording()
+        _, samples = evaluate(
+            task, nn.Identity(), dataset(50), Alone(rank, world), nullcontext(), eval_batches=3
+        )
+        seen[rank, world] = (task.seen, samples)
+    assert seen[0, 1] == (list(range(12)), 12)
+    assert seen[0, 2][1] == seen[1, 2][1] == 6
+    assert sorted(seen[0, 2][0] + seen[1, 2][0]) == seen[0, 1][0]

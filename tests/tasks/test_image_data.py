@@ -10,7 +10,11 @@ other modes real folders hold (greyscale, CMYK, palette, EXIF-rotated, a PNG nam
 from __future__ import annotations
 
 import io
+import json
+import math
+import os
 import random
+import signal
 from collections import Counter
 from pathlib import Path
 
@@ -18,13 +22,17 @@ import numpy as np
 import PIL
 import pytest
 import torch
-from conftest import CONF, compose
+from conftest import CONF, compose, make_image_folder, run_cli
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 from PIL import Image
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, auto_augment, create_transform
 
+from src.engine import train
 from src.engine.loop.data import BatchStream, Position
+from src.engine.loop.preemption import Preempted
+from src.engine.record import checkpoint
+from src.engine.record.files import read_metrics
 from tasks.classification import ImageNet, augment_ops, posterize, safe_augment
 
 RECIPE_AUGMENT = "rand-m9-mstd0.5-inc1"  # conf/task/imagenet.yaml
@@ -232,3 +240,99 @@ def test_ten_thousand_draws_of_the_training_transform_never_raise(task_name, rea
     assert stream.position == Position(batches - 1, 1)  # each batch a whole epoch: every file, reseeded
     assert sum(drawn.values()) == batches * len(train) >= 10_000
     assert calls[0] >= 1, dict(calls)
+
+
+# -- the loop on ImageNet-style data: resume, and a real run -----------------------------------
+
+
+def stop_at(monkeypatch, step: int) -> None:
+    """SIGTERM (a preemption) to this process during ``step`` of an ImageNet run."""
+
+    def hook(self, model, at, loss):
+        if at == step:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(ImageNet, "after_backward", hook)
+
+
+def comparable(run: Path) -> list[dict]:
+    return [{k: v for k, v in r.items() if k != "throughput"} for r in read_metrics(run)]
+
+
+def test_a_preempted_imagenet_run_resumes_to_what_an_uninterrupted_one_computes(
+    tmp_path, tmp_path_factory, monkeypatch
+):
+    """The DeiT recipe on 270 small JPEGs, repeated augmentation on (DeiT's epoch: 256 images, 32
+    steps of 8): preempted at step 5, then resumed, it logs and ends with what an uninterrupted run
+    does, bit for bit: the same batches, copies, RandAugment, mixup and cutmix, and random erasing
+    drawn on the device from the global RNGs that the checkpoint carries."""
+    for key in [k for k in os.environ if k.startswith("SLURM_")]:
+        monkeypatch.delenv(key)
+    data = make_image_folder(tmp_path_factory.mktemp("data"), per_class=90)
+    args = ["task=imagenet", "backbone=vit_micro", "task.img_size=32", "task.num_classes=3"]
+    args += ["task.batch_size=8", "trainer.accumulate=1", "task.eval_batch_size=64", f"paths.data_dir={data}"]
+    args += ["trainer.max_steps=12", "trainer.log_every=1", "trainer.val_every=6", "trainer.monitor_every=0"]
+    args += ["trainer.checkpoint_every=1000", "trainer.threads=1", "trainer.num_workers=0"]
+    cfg = compose(args, tmp_path / "outputs")
+    assert cfg.task.repeated_aug == 3 and cfg.task.augment.re_prob > 0 and cfg.task.mixup
+    whole = train(cfg, tmp_path / "whole")
+    stop_at(monkeypatch, 5)
+    with pytest.raises(Preempted):
+        train(cfg, tmp_path / "stopped")
+    monkeypatch.undo()
+    resumed = train(cfg, tmp_path / "stopped")
+    assert whole["steps_per_epoch"] == 32 and resumed["steps"] == 12
+    assert whole["final"] == resumed["final"]
+    assert comparable(tmp_path / "whole") == comparable(tmp_path / "stopped")
+    a, b = (checkpoint.load(tmp_path / r / "checkpoints" / "last.pt")["model"] for r in ("whole", "stopped"))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def write_training_folder(root: Path, train_images: int, val_images: int, seed: int = 0) -> Path:
+    """``root/imagenet/{train,val}/<class>/*``, 10 classes: 500×375 photos as JPEGs, every 25th
+    file another kind of :data:`KINDS` (greyscale, CMYK, palette, …). The photos are crops of a few
+    large ones, so that 2,000 files take seconds to write."""
+    rng = np.random.RandomState(seed)
+    sources = [photo(rng, 1000, 750) for _ in range(4)]
+    kinds = list(KINDS.values())
+    for split, count in (("train", train_images), ("val", val_images)):
+        for i in range(count):
+            folder = root / "imagenet" / split / f"n{i % 10:08d}"
+            folder.mkdir(parents=True, exist_ok=True)
+            left, top = rng.randint(0, 500), rng.randint(0, 375)
+            image = sources[i % 4].crop((left, top, left + 500, top + 375))
+            data = kinds[(i // 25) % len(kinds)](image) if i % 25 == 0 else save(image, "JPEG")
+            (folder / f"{split}_{i}.JPEG").write_bytes(data)
+    return root
+
+
+@pytest.mark.slow  # 200 steps of 16 real-size images through two worker processes: about 2 minutes
+def test_imagenet_trains_200_steps_on_2000_real_size_jpegs(tmp_path):
+    """``python -m src.run task=imagenet``: the DeiT recipe as configured (224 px, RandAugment,
+    mixup/cutmix, random erasing on the device, repeated augmentation, bf16) at batch 16 on 2,000
+    real-size JPEGs with two worker processes, through two epochs (DeiT's: 1,792 images, 112 steps)
+    and two validations: no error; 200 steps, every loss finite, and the stream where 200 steps of
+    112 a epoch leave it."""
+    data = write_training_folder(tmp_path / "data", 2000, 200)
+    args = ["task=imagenet", "backbone=vit_micro", "backbone.model.patch_size=16", "task.num_classes=10"]
+    args += [
+        "task.batch_size=16",
+        "trainer.accumulate=1",
+        "task.eval_batch_size=50",
+        f"paths.data_dir={data}",
+    ]
+    args += [
+        "trainer.max_steps=200",
+        "trainer.val_every=100",
+        "trainer.log_every=20",
+        "trainer.num_workers=2",
+    ]
+    done = run_cli(args, cwd=tmp_path, env={"OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    (summary_file,) = tmp_path.glob("outputs/**/summary.json")
+    summary, run = json.loads(summary_file.read_text()), summary_file.parent
+    assert (summary["status"], summary["steps"], summary["steps_per_epoch"]) == ("completed", 200, 112)
+    losses = [r["train/loss"] for r in read_metrics(run) if r["split"] == "train"]
+    assert len(losses) == 10 and all(math.isfinite(x) for x in losses)
+    assert checkpoint.load(run / "checkpoints" / "last.pt")["loop"]["position"] == {"epoch": 1, "batch": 88}
+    assert summary["final"]["val/acc"] >= 0 and "Traceback" not in done.stderr
