@@ -100,10 +100,10 @@ class EpochBatches(Sampler):
 
     def __iter__(self) -> Iterator[list[tuple[int, int, int]]]:
         epoch, first = self.start.epoch, self.start.batch
-        keys = epoch_keys(self.n, self.seed, epoch, self.rank, self.world, self.repeats).tolist()
+        keys = epoch_keys(self.n, self.seed, epoch, self.rank, self.world, self.repeats)  # (K, 2)
         size = self.batch_size
-        for b in range(first, self.batches_per_epoch):
-            yield [(epoch, index, copy) for index, copy in keys[b * size : (b + 1) * size]]
+        for b in range(first, self.batches_per_epoch):  # Python ints a batch at a time, not the epoch's
+            yield [(epoch, index, copy) for index, copy in keys[b * size : (b + 1) * size].tolist()]
 
 
 class SeededSamples(Dataset):
