@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import errno
 import io
 import json
@@ -42,7 +43,7 @@ from src.engine.record.files import RecordError, write_failure
 from src.errors import SuiteError
 
 from .glue_table import glue_section
-from .paper import P4_EPOCHS_TO_TARGET
+from .paper import P4_EPOCHS_TO_TARGET, lookup, reported_by
 from .plots import pngs
 from .records import Run, options, read_runs, read_wandb
 from .results import (
@@ -88,7 +89,7 @@ def markdown(
         "| paper gain | ours − paper |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    lines += [_cell_row(c) for c in cells]
+    lines += [_cell_row(row) for c in cells for row in (c, *_rows_it_stands_for(c))]
     lines += [
         "",
         "## Steps to reach `standard`'s final validation metric (P4)",
@@ -102,14 +103,16 @@ def markdown(
         "| task | backbone | variant | settings | steps | epochs | reached | ratio | P4 ratio |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for v in conv:
-        p4 = P4_EPOCHS_TO_TARGET.get(v.backbone, {}) if v.task == "imagenet" else {}
+    shared = [(v, row) for v in conv for row in (v.backbone, *reported_by(v.task, v.backbone))]
+    for v, row in shared:
+        p4 = P4_EPOCHS_TO_TARGET.get(row, {}) if v.task == "imagenet" else {}
         p4_ratio = f"{p4[v.attn] / p4['standard']:.2f}" if v.attn in p4 else "—"
         steps = "not reached" if v.steps is None else f"{v.steps:g}"
         epochs = "—" if v.epochs is None else f"{v.epochs:.1f}"
         ratio = "—" if v.ratio is None else f"{v.ratio:.2f}"
+        backbone = v.backbone if row == v.backbone else f"{row} ({v.backbone} runs)"
         lines.append(
-            f"| {v.task} | {v.backbone} | {v.variant} | {describe(v.options)} | {steps} | {epochs} | "
+            f"| {v.task} | {backbone} | {v.variant} | {describe(v.options)} | {steps} | {epochs} | "
             f"{v.reached}/{v.seeds} | "
             f"{ratio} | {p4_ratio} |"
         )
@@ -118,6 +121,18 @@ def markdown(
     found = verdicts(runs, margins=margins, levels=levels)
     sections = [*glue_section(runs), *claims_section(found, rules), *not_counted(runs)]
     return "\n".join([*lines, *sections]) + "\n"
+
+
+def _rows_it_stands_for(c: Cell) -> list[Cell]:
+    """The cell again for each other paper row its runs stand for (:data:`launch.paper.REPORTED_FROM`:
+    DeiT-B's from the ViT-B runs), with that row's paper number, its backbone named ``deit_base
+    (vit_base runs)``."""
+    return [
+        dataclasses.replace(
+            c, backbone=f"{row} ({c.backbone} runs)", paper=lookup(c.task, row, c.attn, c.metric)
+        )
+        for row in reported_by(c.task, c.backbone)
+    ]
 
 
 def _cell_row(c: Cell) -> str:

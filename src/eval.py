@@ -260,7 +260,9 @@ def measure(
             dist.device.type, dtype=torch.bfloat16, enabled=cfg.trainer.precision == "bf16"
         )
         batches = cfg.trainer.eval_batches
-        result = evaluation.evaluate_checkpoint(task, model, dataset, split, opened, dist, autocast, batches)
+        result = evaluation.evaluate_checkpoint(
+            task, model, dataset, split, opened, dist, autocast, batches, cfg.trainer.num_workers
+        )
         result.update(
             identity=recorded.identity,
             record_identity=recorded.record_identity,

@@ -1,7 +1,10 @@
 """Image classification: the embedded digits task and ImageNet with the DeiT recipe.
 
 Both train a timm backbone (``backbone.model``) with cross-entropy and report top-1
-accuracy as ``val/acc`` (the main metric) and the loss as ``val/loss``.
+accuracy as ``val/acc`` (the main metric) and the loss as ``val/loss``. ImageNet's images leave
+the loader as uint8 and are normalised (and randomly erased, in training) on the device, as
+timm's ``PrefetchLoader`` does (:meth:`ImageNet.on_device`); its RandAugment is timm's with
+posterize made safe for Pillow ≥ 13 (:func:`safe_augment`).
 """
 
 from __future__ import annotations
@@ -11,7 +14,9 @@ from typing import Any
 
 import torch
 from omegaconf import DictConfig, OmegaConf
-from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, Mixup, create_transform
+from PIL import Image
+from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, Mixup, auto_augment, create_transform
+from timm.data.random_erasing import RandomErasing
 from timm.loss import LabelSmoothingCrossEntropy, SoftTargetCrossEntropy
 from torch import Tensor, nn
 from torch.utils.data import Dataset, TensorDataset
@@ -95,7 +100,9 @@ IMAGE_SUFFIXES = {".jpeg", ".jpg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tif
 class ImageNet(ImageClassification):
     """ImageNet-1k in the ImageFolder layout, ``<data_dir>/<folder>/{train,val}/<class>/<image>``,
     with timm's transforms: the DeiT recipe's RandAugment, random erasing and bicubic
-    resizing in training (``augment``), a centre crop in evaluation."""
+    resizing in training (``augment``, the keys of timm's ``create_transform``), a centre crop in
+    evaluation. The loader gives uint8 images ``(3, H, W)``; :meth:`on_device` normalises them with
+    ImageNet's mean and std and, in training, erases at random (``augment``'s ``re_*``) there."""
 
     def __init__(
         self,
@@ -109,32 +116,24 @@ class ImageNet(ImageClassification):
         self.augment = (
             OmegaConf.to_container(augment) if isinstance(augment, DictConfig) else dict(augment or {})
         )
+        self._normalise: dict[torch.device, tuple[Tensor, Tensor, RandomErasing | None]] = {}
+
+    def transforms(self) -> tuple[Any, Any]:
+        """``(train, eval)`` transforms: PIL image in, uint8 tensor ``(C, img_size, img_size)`` out."""
+        size = {"input_size": (self.in_chans, self.img_size, self.img_size), "use_prefetcher": True}
+        train = safe_augment(create_transform(is_training=True, **size, **self.augment))
+        interpolation = self.augment.get("interpolation", "bilinear")
+        val = create_transform(is_training=False, crop_pct=self.crop_pct, interpolation=interpolation, **size)
+        return train, val
 
     def datasets(self, data_dir: Path) -> tuple[Dataset, Dataset]:
         from torchvision.datasets import ImageFolder
 
         root = Path(data_dir) / self.folder
         check_image_folder(root)
-        common = {
-            "input_size": (self.in_chans, self.img_size, self.img_size),
-            "mean": IMAGENET_DEFAULT_MEAN,
-            "std": IMAGENET_DEFAULT_STD,
-        }
-        train = ImageFolder(
-            str(root / "train"),
-            transform=create_transform(is_training=True, **common, **self.augment),
-            loader=read_image,
-        )
-        val = ImageFolder(
-            str(root / "val"),
-            loader=read_image,
-            transform=create_transform(
-                is_training=False,
-                crop_pct=self.crop_pct,
-                interpolation=self.augment.get("interpolation", "bilinear"),
-                **common,
-            ),
-        )
+        train_transform, val_transform = self.transforms()
+        train = ImageFolder(str(root / "train"), transform=train_transform, loader=read_image)
+        val = ImageFolder(str(root / "val"), transform=val_transform, loader=read_image)
         if train.classes != val.classes:
             raise DataError(
                 f"{root}: train/ and val/ have different class folders "
@@ -145,6 +144,64 @@ class ImageNet(ImageClassification):
                 f"{root}: {len(train.classes)} class folders but task.num_classes={self.num_classes}"
             )
         return train, val
+
+    def on_device(self, batch: tuple[Tensor, Tensor], train: bool) -> tuple[Tensor, Tensor]:
+        """uint8 images ``(B, C, H, W)`` to float32 normalised with ImageNet's mean and std, and in
+        training timm's random erasing after it (``augment.re_prob``, ``re_mode``, ``re_count``),
+        on the batch's device; its draws come from the global RNGs, which checkpoints carry."""
+        images, labels = batch
+        if images.dtype != torch.uint8:  # already normalised (a batch built by hand)
+            return batch
+        mean, std, erasing = self._device_step(images.device)
+        images = images.float().sub_(mean).div_(std)  # (B, C, H, W) float32
+        if train and erasing is not None:
+            images = erasing(images)
+        return images, labels
+
+    def _device_step(self, device: torch.device) -> tuple[Tensor, Tensor, RandomErasing | None]:
+        if device not in self._normalise:
+            shape = (1, -1, 1, 1)  # (1, C, 1, 1)
+            mean = torch.tensor([255 * m for m in IMAGENET_DEFAULT_MEAN], device=device).view(shape)
+            std = torch.tensor([255 * s for s in IMAGENET_DEFAULT_STD], device=device).view(shape)
+            prob = self.augment.get("re_prob", 0.0)
+            erasing = None
+            if prob > 0:
+                mode, count = self.augment.get("re_mode", "const"), self.augment.get("re_count", 1)
+                erasing = RandomErasing(prob, mode=mode, max_count=count, device=device)
+            self._normalise[device] = (mean, std, erasing)
+        return self._normalise[device]
+
+
+def posterize(img: Image.Image, bits_to_keep: int, **_: Any) -> Image.Image:
+    """timm's posterize where Pillow ≥ 13 refuses to keep 0 bits (``bits must be between or equal to
+    1 and 8``): RandAugment's ``PosterizeIncreasing`` asks for 0 when its magnitude, drawn around
+    ``m`` with ``mstd``, clips at 10 (with DeiT's m9 mstd0.5, about one image in 700). 0 bits kept
+    gives a black image: what Pillow < 13 returned (the mask keeps no bit) and TensorFlow's
+    posterize, whose RandAugment timm follows, computes (a shift by 8). The recipe's magnitude
+    stands; only the op Pillow refuses is done here."""
+    if bits_to_keep <= 0:
+        return Image.new(img.mode, img.size)  # every channel 0
+    return auto_augment.posterize(img, bits_to_keep)
+
+
+def safe_augment(transform: Any) -> Any:
+    """``transform`` with every timm augmentation op that posterizes (RandAugment's, AutoAugment's
+    and AugMix's ops, searched through composed transforms) calling :func:`posterize`."""
+    for op in augment_ops(transform):
+        if op.aug_fn is auto_augment.posterize:
+            op.aug_fn = posterize
+    return transform
+
+
+def augment_ops(transform: Any) -> list[auto_augment.AugmentOp]:
+    """The timm augmentation ops inside a transform: a ``Compose``'s ``transforms``, RandAugment's
+    and AugMix's ``ops``, AutoAugment's ``policy`` (sub-policies of ops)."""
+    if isinstance(transform, auto_augment.AugmentOp):
+        return [transform]
+    if isinstance(transform, (list, tuple)):
+        return [op for part in transform for op in augment_ops(part)]
+    parts = [getattr(transform, name, None) for name in ("transforms", "ops", "policy")]
+    return [op for part in parts if isinstance(part, (list, tuple)) for op in augment_ops(part)]
 
 
 def read_image(path: str):

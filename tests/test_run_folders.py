@@ -91,7 +91,7 @@ def test_a_run_that_trains_after_a_failure_no_longer_says_failed(tmp_path):
     and the failure stays in failures.jsonl."""
     folder = tmp_path / "run"
     args = ["task=imagenet", "backbone=vit_micro", "task.img_size=32", "task.batch_size=4"]
-    args += ["task.eval_batch_size=4", "task.num_classes=3", "trainer.num_workers=0"]
+    args += ["task.eval_batch_size=4", "task.num_classes=3", "trainer.num_workers=0", "task.repeated_aug=0"]
     args += [f"paths.data_dir={tmp_path / 'data'}"]
     with pytest.raises(DataError, match="missing data folder"):
         trained(tmp_path, folder, *args)

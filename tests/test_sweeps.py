@@ -30,7 +30,7 @@ import smoke
 import torch
 from conftest import CONF, compose
 from hydra.utils import instantiate
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 
 from src import attention
@@ -411,3 +411,62 @@ def test_full_size_experiment_trains_one_real_step(experiment, data_dir, tmp_pat
             assert summary["params"] == sum(p.numel() for p in built.parameters())
     finally:
         drop_weights(tmp_path / "run")
+
+
+# -- the rows of a paper experiment are distinct runs ---------------------------------------------
+
+
+def grid_rows(experiment: str) -> list[list[list[str]]]:
+    """A paper experiment's backbone rows, grouped by the task they run on: each row its overrides.
+    From the file's sweep (``hydra.sweeper.params``: its ``backbone`` and ``task`` lists)."""
+    found = OmegaConf.load(CONF / "experiment" / f"{experiment}.yaml")
+    params = OmegaConf.select(found, "hydra.sweeper.params", default=None) or {}
+    backbones, tasks = (str(params.get(key) or "").split(",") for key in ("backbone", "task"))
+    return [
+        [
+            [f"experiment={experiment}", *([f"task={t.strip()}"] if t else []), f"backbone={b.strip()}"]
+            for b in backbones
+        ]
+        for t in tasks
+    ]
+
+
+def row_key(overrides: list[str], tmp_path: Path) -> tuple[str, str]:
+    """What a row trains: ``(the model's architecture, the recipe)``. The architecture is the model
+    built on the meta device as training builds it (``attn=standard``): its modules, parameter names
+    and shapes; the recipe, the resolved config without the row's names (``backbone.name`` and
+    timm's ``backbone.model.model_name``)."""
+    cfg = compose([*overrides, "attn=standard"], tmp_path)
+    with torch.device("meta"):
+        model = build_as_trained(instantiate(cfg.task), cfg)
+    shapes = [(name, tuple(p.shape)) for name, p in model.named_parameters()]
+    recipe = OmegaConf.to_container(cfg, resolve=True)
+    recipe["backbone"].pop("name")
+    recipe["backbone"]["model"].pop("model_name", None)
+    return repr(model) + json.dumps(shapes), json.dumps(recipe, sort_keys=True, default=str)
+
+
+PAPER_GRIDS = [
+    name
+    for name in sorted(p.stem for p in (CONF / "experiment" / "paper").glob("*.yaml"))
+    if len(grid_rows(f"paper/{name}")[0]) > 1
+]
+
+
+@pytest.mark.slow  # the papers' full-size models built on the meta device: about 20 s
+def test_no_two_backbone_rows_of_a_paper_experiment_train_the_same_model_and_recipe(tmp_path):
+    """Each paper experiment that sweeps backbones (ImageNet, P4's convergence, COCO, LM) gives every
+    backbone row of a task a model or a recipe of its own: a row under another name that built the
+    same model with the same recipe would spend its runs on a copy of another row. The check finds
+    the copy it was written for: ``deit_base`` is ``vit_base`` under the ImageNet recipe (the report
+    sets the ViT-B runs beside DeiT-B's row instead: ``launch.paper.REPORTED_FROM``)."""
+    assert PAPER_GRIDS == ["coco", "convergence", "imagenet", "lm"]
+    for experiment in PAPER_GRIDS:
+        for rows in grid_rows(f"paper/{experiment}"):
+            keys = [row_key(row, tmp_path) for row in rows]
+            duplicates = [
+                (rows[i][-1], rows[j][-1]) for i in range(len(rows)) for j in range(i) if keys[i] == keys[j]
+            ]
+            assert not duplicates, f"paper/{experiment}: the same model and recipe in rows {duplicates}"
+    twin = ["experiment=paper/imagenet", "backbone=deit_base"]
+    assert row_key(twin, tmp_path) == row_key(["experiment=paper/imagenet", "backbone=vit_base"], tmp_path)

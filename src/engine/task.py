@@ -4,7 +4,7 @@ A task owns its data and its metric, not the loop. It is built from the ``task``
 (``_target_``) and never sees the trainer; the loop calls only the methods below, every one of
 which :class:`Task` defines, so that the loop calls them directly and a task overrides the ones
 it needs (the way Lightning's hooks work). The hooks get the bare model (not its DDP or compiled
-wrapper) and must not draw from the global RNGs.
+wrapper) and draw from the global RNGs only within a training step (:class:`Task`, last paragraph).
 
 Evaluation (:mod:`src.engine.loop.evaluation`, ``python -m src.eval``, ``trainer.test_after``) reads a
 split through :meth:`Task.eval_dataset`: ``val`` by default, ``test`` where the task's data has one
@@ -13,9 +13,9 @@ split through :meth:`Task.eval_dataset`: ``val`` by default, ``test`` where the 
 What a task must give: :meth:`Task.datasets`, :meth:`Task.train_loss`, :meth:`Task.eval_sums`,
 :meth:`Task.model_inputs` (:class:`ClassificationTask` gives the last three for a model that
 returns class logits). What it may change, each a no-op by default: :meth:`Task.collate_fn`,
-:meth:`Task.derived_metrics`, :attr:`Task.tokens_per_sample`, :meth:`Task.prepare_model`,
-:meth:`Task.after_backward`, :meth:`Task.after_validation`, :meth:`Task.state_dict` /
-:meth:`Task.load_state_dict`.
+:meth:`Task.on_device`, :meth:`Task.derived_metrics`, :attr:`Task.tokens_per_sample`,
+:meth:`Task.prepare_model`, :meth:`Task.after_backward`, :meth:`Task.after_validation`,
+:meth:`Task.state_dict` / :meth:`Task.load_state_dict`.
 
 :meth:`Task.fit` is for a task that trains in a loop of its own (detection, in mmengine's Runner);
 by default it returns None and the pipeline (:func:`src.engine.experiment.train`) trains the task
@@ -79,7 +79,8 @@ class Task:
        moves to the device and before a resumed run's checkpoint is loaded over it: it may change
        weights (GLUE loads the pretrained encoder), never the architecture.
     5. Each step: :meth:`collate_fn` (in the data loader, perhaps in a worker process: it reads only
-       what :meth:`datasets` set), :meth:`train_loss` per micro-batch, :meth:`after_backward`
+       what :meth:`datasets` set), :meth:`on_device` once the batch is on the device (evaluation
+       and the monitor's batch too), :meth:`train_loss` per micro-batch, :meth:`after_backward`
        (gradients in ``.grad``); :meth:`model_inputs` gives the conditioning monitor its batch.
     6. Each validation: :meth:`eval_sums` per batch on every process, :meth:`derived_metrics` on
        the means reduced over processes, then :meth:`after_validation` on the main process, which
@@ -88,12 +89,14 @@ class Task:
        :meth:`prepare_model` and the weights.
 
     :meth:`train_loss` and :meth:`eval_sums` get the model to call (perhaps DDP's or
-    ``torch.compile``'s wrapper); the other hooks get the bare model. No hook draws from the global
-    RNGs (a resumed run must draw what an uninterrupted one does: a task's own generator, MLM's
-    masking one, goes into :meth:`state_dict`). ``python -m src.eval`` calls 1, :meth:`eval_dataset`
-    (before the model), :meth:`build_model` (no :meth:`prepare_model`: the checkpoint's weights are
-    loaded) and 6; ``trainer.test_after`` calls :meth:`eval_dataset` and 6 on the trained model. A
-    task that overrides :meth:`fit` (detection) gets 1 and then trains as it likes.
+    ``torch.compile``'s wrapper); the other hooks get the bare model. Only a training step's hooks,
+    :meth:`train_loss` and :meth:`on_device` with ``train``, may draw from the global RNGs (whose
+    states a checkpoint carries: ImageNet's mixup and random erasing); no other hook does, since a
+    resumed run must draw what an uninterrupted one does, whatever it evaluated before (a task's own
+    generator, MLM's masking one, goes into :meth:`state_dict`). ``python -m src.eval`` calls 1,
+    :meth:`eval_dataset` (before the model), :meth:`build_model` (no :meth:`prepare_model`: the
+    checkpoint's weights are loaded) and 6; ``trainer.test_after`` calls :meth:`eval_dataset` and 6
+    on the trained model. A task that overrides :meth:`fit` (detection) gets 1 and then trains as it likes.
 
     Args (every task's config has them):
         name: the task's name (``task.name``).
@@ -108,6 +111,10 @@ class Task:
     metric: str = "val/acc"  # the main metric, e.g. "val/acc"
     metric_mode: str = "max"  # "max" or "min"
     eval_splits: tuple[str, ...] = ("val",)  # the splits eval_dataset gives
+    #: repeated augmentation: each sample an epoch draws comes this many times, each copy augmented
+    #: on its own (DeiT's; :mod:`src.engine.loop.data`); 0, 1 or None: off. A classification task
+    #: takes it as ``task.repeated_aug``.
+    repeated_aug: int | None = None
 
     def __init__(
         self, name: str, input: str, batch_size: int, eval_batch_size: int, metric: str | None = None
@@ -177,6 +184,14 @@ class Task:
         """Samples into a batch (default: torch's ``default_collate``; LRA pads sequences)."""
         return default_collate(items)
 
+    def on_device(self, batch: Any, train: bool) -> Any:
+        """The batch once it is on the device, before the model sees it (``train``: a training
+        micro-batch; else evaluation's or the monitor's): the place for work the device does faster
+        than the loader's workers (ImageNet: uint8 images normalised, random erasing in training,
+        as timm's prefetch loader does). With ``train`` it may draw from the global RNGs, whose
+        states every checkpoint carries; without, it must not. Default: the batch unchanged."""
+        return batch
+
     def derived_metrics(self, means: dict[str, float]) -> dict[str, float]:
         """Metrics computed from the reduced means (perplexity from the mean loss), added to them."""
         return {}
@@ -234,7 +249,14 @@ def classification_sums(logits: Tensor, labels: Tensor) -> dict[str, tuple[Tenso
 
 class ClassificationTask(Task):
     """A task whose batches are ``(inputs…, labels)`` and whose model returns class logits:
-    cross-entropy to train, ``val/loss`` and ``val/acc`` to evaluate."""
+    cross-entropy to train, ``val/loss`` and ``val/acc`` to evaluate. ``repeated_aug``: DeiT's
+    repeated augmentation's copies (:attr:`Task.repeated_aug`; 0, 1 or None: off)."""
+
+    def __init__(self, *args: Any, repeated_aug: int | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if repeated_aug is not None and repeated_aug < 0:
+            raise ConfigError(f"task.repeated_aug={repeated_aug}: copies per sample, 0 or 1 for none")
+        self.repeated_aug = repeated_aug
 
     def model_inputs(self, batch: tuple) -> tuple:
         return tuple(batch[:-1])

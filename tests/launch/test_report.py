@@ -125,6 +125,18 @@ def test_the_report_lists_failed_and_missing_runs(runs_root, capsys):
         assert (runs_root / "out" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_the_vit_base_runs_also_stand_beside_the_papers_deit_b_row(runs_root):
+    """DeiT-B is ViT-B/16 with DeiT's recipe, the recipe the ViT-B runs train with: the report sets
+    the same runs beside DeiT-B's paper numbers (P4: 82.7 from 81.6) and P4's DeiT-B epochs (206 of
+    300), naming whose runs they are; the ViT-B rows stay as they were."""
+    assert report.main([str(runs_root), "--out", str(runs_root / "out")]) == 0
+    text = (runs_root / "out" / "report.md").read_text()
+    ours = "| cond_init | — | 1000 (100 ep) | val | val/acc | 84.00 ± 1.41 | 2 | 3.00 "
+    assert f"| imagenet | vit_base {ours}| 81.50 (P4) | 1.20 | 2.50 (val vs test) |" in text
+    assert f"| imagenet | deit_base (vit_base runs) {ours}| 82.70 (P4) | 1.10 | 1.30 (val vs test) |" in text
+    assert "| imagenet | deit_base (vit_base runs) | cond_init | — | 600 | 60.0 | 2/2 | 0.60 | 0.69 |" in text
+
+
 def test_no_runs_is_an_error(tmp_path, capsys):
     assert report.main([str(tmp_path)]) == 2
     assert "no run folders" in capsys.readouterr().err

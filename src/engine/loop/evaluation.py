@@ -57,19 +57,31 @@ def evaluate(
     autocast: Any,
     eval_batches: int | None = None,
     prefix: str = "val",
+    num_workers: int = 0,
 ) -> tuple[dict[str, float], int]:
-    """The task's metrics over ``dataset`` (or its first ``eval_batches`` batches) on every
-    process, keys ``val/…`` renamed ``<prefix>/…``, and how many examples were evaluated."""
-    loader = eval_loader(dataset, task.eval_batch_size, dist.rank, dist.world, collate_fn=task.collate_fn)
+    """The task's metrics over ``dataset`` on every process, keys ``val/…`` renamed ``<prefix>/…``,
+    and how many examples were evaluated. ``eval_batches``: only the set's first
+    ``eval_batches × task.eval_batch_size`` examples, shared among the processes, so that any
+    number of processes evaluates the same examples. ``num_workers`` load them (pinned for CUDA)."""
+    limit = eval_batches * task.eval_batch_size if eval_batches else None
+    loader = eval_loader(
+        dataset,
+        task.eval_batch_size,
+        dist.rank,
+        dist.world,
+        num_workers=num_workers,
+        collate_fn=task.collate_fn,
+        limit=limit,
+        pin_memory=dist.device.type == "cuda",
+    )
     was_training, sums, samples = model.training, {}, 0
     model.eval()
     try:
-        for i, batch in enumerate(loader):
-            if eval_batches and i >= eval_batches:
-                break
+        for batch in loader:
             samples += batch_size(batch)
+            batch = task.on_device(to_device(batch, dist.device), train=False)
             with autocast:
-                for key, (total, count) in task.eval_sums(model, to_device(batch, dist.device)).items():
+                for key, (total, count) in task.eval_sums(model, batch).items():
                     counted = torch.as_tensor(count, dtype=torch.float64, device=total.device)
                     pair = torch.stack([total.double(), counted])  # (2,): total, count
                     sums[key] = sums.get(key, 0) + pair
@@ -234,15 +246,17 @@ def evaluate_checkpoint(
     dist: Dist,
     autocast: Any,
     eval_batches: int | None = None,
+    num_workers: int = 0,
 ) -> dict[str, Any]:
     """Evaluate an opened checkpoint on ``dataset``, the task's ``split``: the content of
     ``eval-<split>.json`` (the EMA weights, where saved, as ``<split>_ema/…``)."""
     started = time.monotonic()
     model.to(dist.device)
     ema = load_weights(model, opened)
-    metrics, samples = evaluate(task, model, dataset, dist, autocast, eval_batches, prefix=split)
+    common = dict(eval_batches=eval_batches, num_workers=num_workers)
+    metrics, samples = evaluate(task, model, dataset, dist, autocast, prefix=split, **common)
     if ema is not None:
-        metrics.update(evaluate(task, ema, dataset, dist, autocast, eval_batches, prefix=f"{split}_ema"))
+        metrics.update(evaluate(task, ema, dataset, dist, autocast, prefix=f"{split}_ema", **common)[0])
     return {
         "split": split,
         "checkpoint": opened.which,

@@ -27,6 +27,7 @@ from src.errors import DataError, message_of
 
 from . import evaluation
 from .batching import plan_batch
+from .data import epoch_samples
 from .model import build_model
 from .optim import build_optimizer, build_scheduler
 from .trainer import Trainer
@@ -45,7 +46,8 @@ def fit_shared(task: Task, run: Run) -> dict[str, Any]:
     model = build_model(cfg, task, run.variant)  # the variant train() built as it checked cfg.attn
     task.prepare_model(model)
     model.to(dist.device)
-    steps_per_epoch = max(1, len(datasets[0]) // batch.global_batch)  # the same on any number of processes
+    # the same on any number of processes; repeated augmentation's epoch is DeiT's (loop/data.py)
+    steps_per_epoch = max(1, epoch_samples(len(datasets[0]), task.repeated_aug) // batch.global_batch)
     total_steps = cfg.trainer.max_steps or cfg.trainer.max_epochs * steps_per_epoch
     trainer_cfg = cfg.trainer.copy()
     if cfg.trainer.get("val_every_epochs"):  # validate per epoch (P4's convergence table)
@@ -129,7 +131,7 @@ def test_after_training(task: Task, trainer: Trainer, cfg: DictConfig) -> dict[s
         return None
     model, batches = trainer.raw_model, cfg.trainer.eval_batches
     result = evaluation.evaluate_checkpoint(
-        task, model, dataset, "test", opened, dist, trainer.autocast, batches
+        task, model, dataset, "test", opened, dist, trainer.autocast, batches, cfg.trainer.num_workers
     )
     result.update(identity=identity, record_identity=identity, overrides=[], data_dir=str(data_dir.resolve()))
     if dist.main:

@@ -233,6 +233,8 @@ class Trainer:
             num_workers=self.cfg.num_workers,
             collate_fn=self.task.collate_fn,
             position=self.state.position,
+            repeats=self.task.repeated_aug,
+            pin_memory=self.dist.device.type == "cuda",
         )
 
     def _optimizer_step(self, batches) -> None:
@@ -242,7 +244,7 @@ class Trainer:
         cfg, step, total = self.cfg, self.state.step + 1, torch.zeros((), device=self.dist.device)
         accumulate = self.batch.accumulate  # trainer.accumulate with one process
         for micro in range(accumulate):
-            batch = to_device(next(batches), self.dist.device)
+            batch = self.task.on_device(to_device(next(batches), self.dist.device), train=True)
             last = micro == accumulate - 1
             sync = contextlib.nullcontext() if last or self.dist.world == 1 else self.model.no_sync()
             with sync, self.autocast:
@@ -320,7 +322,14 @@ class Trainer:
         """The task's metrics over the validation set (or ``eval_batches`` of it), all processes;
         computed by :func:`src.engine.loop.evaluation.evaluate`, as ``python -m src.eval`` does."""
         metrics, _ = evaluation.evaluate(
-            self.task, model, self.val_set, self.dist, self.autocast, self.cfg.eval_batches, prefix
+            self.task,
+            model,
+            self.val_set,
+            self.dist,
+            self.autocast,
+            self.cfg.eval_batches,
+            prefix,
+            num_workers=self.cfg.num_workers,
         )
         return metrics
 
@@ -360,7 +369,7 @@ class Trainer:
                 1,
                 collate_fn=self.task.collate_fn,
             )
-            self._monitor_batch = to_device(next(iter(loader)), self.dist.device)
+            self._monitor_batch = self.task.on_device(to_device(next(iter(loader)), self.dist.device), False)
         # in fp32 with autocast off whatever trainer.precision says: the monitor sees to it
         return self.monitor(*self.task.model_inputs(self._monitor_batch))
 
