@@ -35,10 +35,11 @@ table on stdout. ``--threshold NAME=VALUE`` replaces one (a planted failure show
 ``--only`` runs some sections.
 
 ``--dry`` runs every section at tiny shapes on the CPU (the tests): the micro ViT
-(``backbone=vit_micro``, 32 pixels, batch 8), the loop on 64 JPEGs of 64 × 48 with one worker,
-the micro GPT and BERT, the device's "GPU" side the CPU itself (fp32 against fp32: 0; bf16
-autocast against fp32: bf16's error); speed and memory thresholds take their ``dry`` values
-(a CPU's timings of tiny shapes measure the machinery, not the GPU), and memory is not measured.
+(``backbone=vit_micro``, 32 pixels, batch 8), the loop on 256 JPEGs of 64 × 48 (16 distinct,
+linked: DeiT's repeated-augmentation epoch needs 256) with one worker, the micro GPT and BERT,
+the device's "GPU" side the CPU itself (fp32 against fp32: 0; bf16 autocast against fp32: bf16's
+error); speed and memory thresholds take their ``dry`` values (a CPU's timings of tiny shapes
+measure the machinery, not the GPU), and memory is not measured.
 """
 
 from __future__ import annotations
@@ -121,7 +122,7 @@ DRY = {
     "steps": 2,
     "tokens": (2, 17, 64),
     "parity": {"depth": 2, "batch": 2},
-    "loop": {"distinct": 16, "files": 64, "size": (64, 48), "steps": 6, "log_every": 2, "skip_windows": 1,
+    "loop": {"distinct": 16, "files": 256, "size": (64, 48), "steps": 6, "log_every": 2, "skip_windows": 1,
              "workers": 1, "timeout_s": 240},
     "attention_batch": 2,
 }  # fmt: skip
