@@ -20,8 +20,9 @@ fails. Sections, in order, with their expected time on one H100 (:data:`SECTIONS
   :mod:`launch.gpu_check_kernels`).
 - **parity** (~40 s): per variant, the device against the CPU (fp32, TF32 off: ``fp32_parity``;
   bf16 autocast: ``bf16_parity``), loss and whole gradient, on the suite's ViT-B cut to 4 blocks.
-- **roi_align** (~5 s): mmcv's ``roi_align`` on the device equals torchvision's (``roi_align``);
-  a CPU-only mmcv fails naming ``make detection``.
+- **roi_align** (~5 s): mmcv's ``roi_align`` (forward and gradient) and ``nms`` on the device
+  equal torchvision's (``roi_align``), by :func:`tasks.detection.ops.ops_check`, the check
+  ``launch.mmcv_build --check`` runs; a CPU-only mmcv fails naming ``make detection``.
 - **launch** (~10 s): host seconds per kernel launch (a micro ViT's step over its counted
   launches), what ``launch.plan --measured`` prices launches at.
 - informational, no threshold: **compile** (TorchDynamo's graphs and breaks per variant, ~90 s),
@@ -237,9 +238,17 @@ def parity_section(ctx: Context) -> dict[str, Any]:
 
 
 def roi_align_section(ctx: Context) -> dict[str, Any]:
-    found = kernels.roi_align_check(ctx.device)
-    ctx.check("roi_align", ctx.device, found["max_abs_diff"], found.get("note", ""))
-    return found
+    """mmcv's ops on the device (``tasks.detection.ops.ops_check``, what ``launch.mmcv_build --check``
+    and a detection run's refusal use): RoIAlign forward and gradient and NMS against torchvision's."""
+    from tasks.detection.ops import FIX, ops_check
+
+    found = ops_check(ctx.device)
+    worst = max(found.get("roi_align_max_err", math.inf), found.get("roi_align_grad_max_err", math.inf))
+    if found["ok"]:
+        ctx.check("roi_align", ctx.device, worst)
+    else:  # an op that cannot run there, or NMS disagreeing: the check fails whatever the error
+        ctx.check("roi_align", ctx.device, math.inf, f"{found['error']}; run {FIX}")
+    return {**found, "max_abs_diff": worst if found["ok"] else math.inf}
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,4 @@
-"""The GPU check's kernel sections: which SDPA kernel each model's attention runs, and mmcv's
-``roi_align`` on the device.
+"""The GPU check's kernel section: which SDPA kernel each model's attention runs.
 
 **Attention.** Every attention call of a training step (forward and backward, bf16 autocast)
 is recorded at the dispatcher (:class:`Dispatched`): ``F.scaled_dot_product_attention`` shows
@@ -11,11 +10,6 @@ ViT-B (no mask: flash expected), GPT-2 small (``is_causal``: flash), Crammed BER
 the LRA transformer (boolean key-padding masks: memory-efficient or cuDNN, flash takes no mask).
 On a CPU (``--dry``) the attention dropout is set to 0: the CPU's one fused kernel (its flash
 form) takes no dropout and falls back to math with it, where CUDA's kernels take it.
-
-**RoIAlign.** ``mmcv.ops.roi_align`` (what mmdet's Mask R-CNN runs) on the device against
-``torchvision.ops.roi_align`` (the same operation: average pooling, ``aligned=True``) on the
-same inputs, forward and the input's gradient. A CPU-only mmcv has no CUDA kernel: the check
-fails naming ``make detection``, which builds mmcv's ops for the GPU.
 """
 
 from __future__ import annotations
@@ -34,7 +28,6 @@ FUSED_SDPA = {
     "aten._scaled_dot_product_flash_attention_for_cpu": "flash (CPU)",
     "aten._scaled_dot_product_fused_attention_overrideable": "fused (other device)",
 }
-MAKE_DETECTION = "mmcv's ops are not built for this device: run `make detection` (docs/tasks.md)"
 
 
 class Dispatched(TorchDispatchMode):
@@ -106,32 +99,3 @@ def attention_step(overrides: list[str], inputs: str, device: str, batch: int) -
             hook.remove()
     kernels = [FUSED_SDPA[n] for n in seen.names if n in FUSED_SDPA]
     return {"calls": calls[0], "fused": len(kernels), "kernels": sorted(set(kernels))}
-
-
-def roi_align_check(device: str) -> dict[str, Any]:
-    """mmcv's ``roi_align`` on ``device`` against torchvision's on the CPU: the largest absolute
-    difference of the output and of the input's gradient (``inf`` where mmcv cannot run there)."""
-    import torchvision
-
-    generator = torch.Generator().manual_seed(0)
-    x = torch.randn(2, 16, 50, 68, generator=generator)  # (B, C, H, W): an FPN level
-    corner = torch.rand(64, 2, generator=generator) * torch.tensor([60.0, 42.0])
-    extent = torch.rand(64, 2, generator=generator) * 24 + 1
-    rois = torch.cat([torch.randint(0, 2, (64, 1), generator=generator).float(), corner, corner + extent], 1)
-
-    def run(fn: Any, on: str) -> tuple[torch.Tensor, torch.Tensor]:
-        inp = x.to(on).requires_grad_()
-        out = fn(inp, rois.to(on))  # (K, C, 7, 7)
-        out.square().sum().backward()
-        return out.detach().cpu(), inp.grad.cpu()
-
-    ref = run(lambda a, r: torchvision.ops.roi_align(a, r, (7, 7), 0.25, 2, True), "cpu")
-    try:
-        from mmcv.ops import roi_align
-
-        got = run(lambda a, r: roi_align(a, r, (7, 7), 0.25, 2, "avg", True), device)
-    except Exception as error:  # noqa: BLE001  a CPU-only mmcv, or none: the finding, not a crash
-        return {"max_abs_diff": float("inf"), "note": f"{MAKE_DETECTION} ({type(error).__name__}: "
-                f"{str(error).splitlines()[0][:160] if str(error) else ''})"}  # fmt: skip
-    diff = max((a - b).abs().max().item() for a, b in zip(got, ref, strict=True))
-    return {"max_abs_diff": diff, "device": device, "rois": len(rois)}
