@@ -35,7 +35,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from src.engine.record.files import RunRecord, read_metrics
 from src.engine.record.identity import Identity, flatten
-from src.engine.record.safe_config import check_buildable
+from src.engine.record.safe_config import as_data, check_buildable
 from src.errors import SuiteError
 
 from .record_shapes import DamagedRecord, checked_rows, is_step, one_line, read_evals, read_summary
@@ -157,13 +157,14 @@ def unreadable(run: Run, error: BaseException) -> Run:
     return Run(run.name, run.task, run.backbone, run.attn, run.seed, "unreadable", error=reason)
 
 
-def name_run(run: Run, config: DictConfig, identity: Identity, folder: Path) -> None:
-    """What ``run`` is, from its config: task, backbone, variant, seed, and its identity without
-    the seed (and the keys that follow it, :func:`seed_keys`)."""
-    run.task = str(OmegaConf.select(config, "task.name"))
-    run.backbone = str(OmegaConf.select(config, "backbone.name"))
-    run.attn = str(OmegaConf.select(config, "attn.variant"))
-    seed = OmegaConf.select(config, "seed", default=0)
+def name_run(run: Run, config: dict[str, Any], identity: Identity, folder: Path) -> None:
+    """What ``run`` is, from its config's values as data (:func:`run_config`): task, backbone,
+    variant, seed, and its identity without the seed (and the keys that follow it, :func:`seed_keys`)."""
+    flat = flatten(config)
+    run.task = str(flat.get("task.name"))
+    run.backbone = str(flat.get("backbone.name"))
+    run.attn = str(flat.get("attn.variant"))
+    seed = config.get("seed", 0)
     try:
         run.seed = int(seed)
     except (TypeError, ValueError) as error:
@@ -210,37 +211,34 @@ def check_usable(run: Run) -> None:
         run.series(run.metric)
 
 
-def run_config(folder: Path, run: Run | None = None) -> tuple[DictConfig, Identity, frozenset[str]]:
-    """The run's config, its identity, and the hashes an evaluation of it may name (:func:`read_evals`).
+def run_config(folder: Path, run: Run | None = None) -> tuple[dict[str, Any], Identity, frozenset[str]]:
+    """The run's config as data, its identity, and the hashes an evaluation of it may name
+    (:func:`read_evals`).
 
     The config is the record's ``config.yaml`` (written resolved), else Hydra's
     ``.hydra/config.yaml`` (unresolved). Each of them that exists is read as data (:func:`load_config`)
     and checked (:func:`src.engine.record.safe_config.check_buildable`: only the ``_target_`` s the suite's
-    own configs set, and no interpolation in a config written resolved) before anything in it is
-    resolved; ``run``, where given, is named from its plain values first (:func:`name_plainly`), so
-    that a refused run is still listed as what it says it is. The identity is ``identity.json``'s
-    (its ``hash``), else the one the record's config gives (as
-    :meth:`RunRecord.recorded_identity` computes it), else one computed from Hydra's config,
-    resolving what it can."""
+    own configs set, and no interpolation in a config written resolved) before anything else is read
+    from it; ``run``, where given, is named from its plain values first (:func:`name_plainly`), so
+    that a refused run is still listed as what it says it is. No resolver runs on it: its values are
+    :func:`src.engine.record.safe_config.as_data` (node interpolations followed, ``${oc.env:…}`` and
+    every other resolver call kept as text). The identity is ``identity.json``'s (its ``hash``), else
+    the one the record's config gives (as :meth:`RunRecord.recorded_identity` computes it), else the
+    one of Hydra's config's values as data."""
     own, hydra = folder / "config.yaml", folder / ".hydra" / "config.yaml"
     loaded = {path: load_config(path) for path in (own, hydra) if path.exists()}
     if not loaded:
         raise DamagedRecord(f"{folder} holds neither config.yaml nor .hydra/config.yaml")
-    cfg = loaded[own] if own in loaded else loaded[hydra]
+    raw = OmegaConf.to_container(loaded[own] if own in loaded else loaded[hydra], resolve=False)
     if run is not None:
-        name_plainly(run, OmegaConf.to_container(cfg, resolve=False))
+        name_plainly(run, raw)
     for path, config in loaded.items():
         check_buildable(OmegaConf.to_container(config, resolve=False), path, resolved=path == own)
+    cfg = as_data(raw)
     recorded = recorded_identity(folder / "identity.json")
     if recorded is not None:
         return cfg, *recorded
-    if own in loaded:
-        identity = Identity.of(OmegaConf.to_container(cfg, resolve=False))
-        return cfg, identity, frozenset({identity.hash})
-    try:
-        identity = Identity.of(OmegaConf.to_container(cfg, resolve=True))
-    except Exception:  # noqa: BLE001  Hydra's ${hydra:…} or ${oc.env:…} cannot resolve here
-        identity = Identity.of(OmegaConf.to_container(cfg, resolve=False))
+    identity = Identity.of(cfg)
     return cfg, identity, frozenset({identity.hash})
 
 

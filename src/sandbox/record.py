@@ -9,6 +9,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from src.engine.record.files import read_metrics
+from src.engine.record.safe_config import as_data
 
 from .frames import render_frame
 from .page import write_gif, write_page
@@ -19,31 +20,42 @@ def frame_path(sandbox_dir: Path, step: int) -> Path:
     return sandbox_dir / "frames" / f"step_{step:07d}.png"
 
 
-def run_title(run_dir: Path) -> str:
-    """``modadd · sandbox · attn=standard · seed=0`` from the run's ``config.yaml``."""
+def recorded_config(run_dir: Path) -> dict[str, Any] | None:
+    """The run's ``config.yaml`` as data (None: it has none): read unresolved, its node
+    interpolations followed and any resolver call (``${oc.env:…}``) kept as text, since the folder
+    may be someone else's (:func:`src.engine.record.safe_config.as_data`)."""
     path = Path(run_dir) / "config.yaml"
     if not path.exists():
+        return None
+    tree = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    return as_data(tree) if isinstance(tree, dict) else {}
+
+
+def run_title(run_dir: Path) -> str:
+    """``modadd · sandbox · attn=standard · seed=0`` from the run's ``config.yaml``."""
+    cfg = recorded_config(run_dir)
+    if cfg is None:
         return Path(run_dir).name
-    cfg = OmegaConf.load(path)
-    return f"{cfg.task.name} · {cfg.backbone.name} · attn={cfg.attn.variant} · seed={cfg.seed}"
+    task, backbone, attn = cfg["task"]["name"], cfg["backbone"]["name"], cfg["attn"]["variant"]
+    return f"{task} · {backbone} · attn={attn} · seed={cfg['seed']}"
 
 
 def test_size(run_dir: Path) -> int | None:
     """The run's ``task.test_size`` from its ``config.yaml``: the noise floor of its stages."""
-    path = Path(run_dir) / "config.yaml"
-    return int(OmegaConf.load(path).task.test_size) if path.exists() else None
+    cfg = recorded_config(run_dir)
+    return int(cfg["task"]["test_size"]) if cfg is not None else None
 
 
 def planned_steps(run_dir: Path) -> int | None:
     """The run's total steps from its ``config.yaml`` (one process), for a fixed x axis."""
-    path = Path(run_dir) / "config.yaml"
-    if not path.exists():
+    cfg = recorded_config(run_dir)
+    if cfg is None:
         return None
-    cfg = OmegaConf.load(path)
-    if cfg.trainer.max_steps:
-        return int(cfg.trainer.max_steps)
-    per_epoch = max(1, int(cfg.task.train_size) // (int(cfg.task.batch_size) * int(cfg.trainer.accumulate)))
-    return int(cfg.trainer.max_epochs) * per_epoch if cfg.trainer.max_epochs else None
+    trainer, task = cfg["trainer"], cfg["task"]
+    if trainer.get("max_steps"):
+        return int(trainer["max_steps"])
+    per_epoch = max(1, int(task["train_size"]) // (int(task["batch_size"]) * int(trainer["accumulate"])))
+    return int(trainer["max_epochs"]) * per_epoch if trainer.get("max_epochs") else None
 
 
 def record_snapshot(snap: Snapshot, run_dir: Path, final: bool, options: dict[str, Any]) -> None:

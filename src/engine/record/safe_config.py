@@ -12,6 +12,13 @@ written, so an interpolation (``${…}``) in it is refused too: resolving it wou
 the folder's behalf.
 
 Anything else ends in one :class:`UntrustedConfig` line naming the file, the key and the value.
+
+Nothing read from disk is resolved with OmegaConf's resolvers either: :func:`as_data` gives a
+recorded config's values with its node interpolations (``${seed}``, ``${task.name}``) followed and
+every resolver call (``${oc.env:…}``, the suite's own ``${cpus_at_most:…}``, any other) left as its
+literal text, so that a folder cannot make the reader look up an environment variable, a file or
+anything else on its behalf. The suite's resolvers resolve configs it composes for a new run, never
+a record read back.
 """
 
 from __future__ import annotations
@@ -22,6 +29,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.grammar.gen.OmegaConfGrammarParser import OmegaConfGrammarParser
+from omegaconf.grammar_parser import parse
 
 from src.errors import ConfigError
 
@@ -108,3 +118,73 @@ def package_of(text: str, relative: Path) -> tuple[str, ...]:
             package = stripped.split("@package", 1)[1].strip()
             return () if package == "_global_" else tuple(package.split("."))
     return tuple(relative.parent.parts)
+
+
+# -- values as data: no resolver runs on a config read from disk -------------------------------------
+
+
+def as_data(tree: dict[str, Any]) -> dict[str, Any]:
+    """``tree`` (a config read unresolved) with its node interpolations followed (``${seed}``,
+    ``${.parts}``, ``x${task.name}``) and each string that calls a resolver kept as its literal
+    text, also where another value copies it: no resolver (``oc.env``, ``oc.decode``, the suite's
+    own, any registered) is called. An interpolation that cannot be followed (a missing key) is kept
+    as its text too."""
+    literal: dict[str, str] = {}
+
+    def mask(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: mask(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [mask(v) for v in value]
+        if isinstance(value, str) and "${" in value and calls_resolver(value):
+            token = f"\x00literal{len(literal)}\x00"  # no "${": OmegaConf reads it as plain text
+            literal[token] = value
+            return token
+        return value
+
+    def unmask(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: unmask(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [unmask(v) for v in value]
+        if isinstance(value, str) and "\x00literal" in value:
+            for token, text in literal.items():
+                value = value.replace(token, text)
+        return value
+
+    masked = mask(tree)
+    return unmask(followed(OmegaConf.create(masked), masked))
+
+
+def followed(node: DictConfig | ListConfig, raw: Any) -> Any:
+    """``node``'s values, each interpolation followed where it can be, else ``raw``'s text."""
+    keys = list(raw) if isinstance(raw, dict) else range(len(raw))
+    out = {} if isinstance(raw, dict) else [None] * len(raw)
+    for key in keys:
+        value = raw[key]
+        if isinstance(value, (dict, list)):
+            out[key] = followed(node[key], value)
+            continue
+        try:
+            got = node[key]
+            copied = isinstance(got, (DictConfig, ListConfig))  # ${a.node}: a copy of a node, masked too
+            out[key] = OmegaConf.to_container(got, resolve=True) if copied else got
+        except Exception:  # noqa: BLE001  a missing key, a "???": the text as written
+            out[key] = value
+    return out
+
+
+def calls_resolver(text: str) -> bool:
+    """Whether OmegaConf would call a resolver to resolve ``text`` (``${oc.env:X}``, ``a${b:c}``);
+    text it cannot parse counts as one (it is then never resolved)."""
+    try:
+        tree = parse(text)
+    except Exception:  # noqa: BLE001  OmegaConf's grammar errors
+        return True
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, OmegaConfGrammarParser.InterpolationResolverContext):
+            return True
+        stack.extend(node.getChildren() if hasattr(node, "getChildren") else [])
+    return False
