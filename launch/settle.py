@@ -2,9 +2,11 @@
 
 A sweep of a few seeds leaves most claim rows *inconclusive* (:mod:`launch.verdicts`). This
 module adds seeds to the rows that are not settled, in batches, through the same launcher the
-sweep used (each batch is ``python -m src.run -m <the run's own overrides> seed=<new seeds>``
-with the sweep's Hydra overrides, so ``hydra/launcher=slurm`` sweeps settle on SLURM), until
-every row is settled or the cap is reached:
+sweep used (each batch is ``python -m src.run -m <the run's command> seed=<new seeds>`` with the
+sweep's launcher, so ``hydra/launcher=slurm`` sweeps settle on SLURM), until every row is settled
+or the cap is reached. The folder is data: each command is rebuilt from the run's records and
+checked, and nothing of its files runs (:mod:`launch.relaunch`); a folder whose files break the
+rules or disagree with its records is refused in one line before anything is written.
 
 * a **row** (a claim on a task for one reading) is *settled* when its Holm-adjusted verdict is
   *reproduced*, *contradicted* or *equivalent* at its look's levels;
@@ -16,6 +18,10 @@ every row is settled or the cap is reached:
   (:func:`launch.stats.look_levels`: Lan–DeMets spending, O'Brien–Fleming-shaped by default,
   each look at its increment, Bonferroni over looks: conservative). The report reads the plan
   from ``settle.json`` and states it beside the table.
+
+A folder mixing sweeps whose experiments have seeds that are not one set (seeds 0-2 of one, 5-7 of
+another) is refused at the first look: the sweep's seeds, which new ones follow, would be
+neither's.
 
 State lives in ``DIR/settle.json`` (the plan, the sweep's command, each experiment's target seed
 count, and every look's verdicts), written before each launch, and in the run records
@@ -34,13 +40,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import yaml
-
 from src.errors import SuiteError
 
-from . import stats
+from . import relaunch, stats
 from .claims import CLAIMS, Claim
-from .records import Run, read_runs
+from .records import Run, read_runs, run_config
 from .verdicts import Verdict, verdicts
 
 STATE = "settle.json"
@@ -121,6 +125,7 @@ def settle(
         runs = read()
         by_experiment = {e: m for e, m in group(runs).items() if not stage_of(m)}  # confirm runs apart
         if state["base_seeds"] is None:  # the sweep's own seeds: new ones follow them
+            refuse_mixed_sweeps(root, by_experiment)
             state["base_seeds"] = sorted({r.seed for m in by_experiment.values() for r in m})[: plan.first]
         targets: dict[str, int] = state["targets"]
         for experiment in by_experiment:
@@ -177,10 +182,13 @@ def judged(v: Verdict) -> bool:
 
 
 def advance(open_rows: list[Verdict], targets: dict[str, int], plan: Plan) -> list[str]:
-    """Raise each open row's reading, and its ``standard``, to the next look; the experiments moved."""
+    """Raise each open row's reading, and its ``standard``, to the look after the one it was judged
+    at; the experiments moved. Several open rows on one experiment (two claims on one reading, a
+    ``standard`` shared by several readings) move it to that next look once, never past it."""
+    judged_at = dict(targets)  # this look's targets: a row moved earlier in the loop moves no further
     moved = set()
     for v in open_rows:
-        nxt = plan.after(targets[v.experiment])
+        nxt = plan.after(judged_at[v.experiment])
         if nxt is None:
             continue
         for experiment in (v.experiment, v.baseline_experiment):
@@ -188,6 +196,33 @@ def advance(open_rows: list[Verdict], targets: dict[str, int], plan: Plan) -> li
                 targets[experiment] = nxt
                 moved.add(experiment)
     return sorted(moved)
+
+
+def refuse_mixed_sweeps(root: Path, by_experiment: dict[str, list[Run]]) -> None:
+    """A :class:`SuiteError` where the experiments' seeds are not one sweep's: two experiments each
+    with a seed the other lacks (a run that never started lacks a seed, never adds one, so one
+    sweep's experiments' seeds nest). New seeds follow the sweep's, and a first look at the
+    union would launch each sweep's seeds for the other's experiments."""
+    seeds = {e: frozenset(r.seed for r in m) for e, m in by_experiment.items()}
+    for a, b in ((a, b) for a in seeds for b in seeds if a < b):
+        if not (seeds[a] <= seeds[b] or seeds[b] <= seeds[a]):
+            first_a, first_b = (min(r.name for r in by_experiment[e]) for e in (a, b))
+            raise SuiteError(
+                f"settle: {root} mixes sweeps: the experiment of {first_a} has seeds {spans(seeds[a])}, "
+                f"the one of {first_b} seeds {spans(seeds[b])}; settle each sweep from a folder of its "
+                "own (or run the missing seeds with the sweep's command first)"
+            )
+
+
+def spans(seeds: Iterable[int]) -> str:
+    """``0-2, 5`` for seeds 0, 1, 2, 5."""
+    out: list[list[int]] = []
+    for s in sorted(seeds):
+        if out and s == out[-1][1] + 1:
+            out[-1][1] = s
+        else:
+            out.append([s, s])
+    return ", ".join(f"{a}-{b}" if b > a else f"{a}" for a, b in out)
 
 
 def seeds_for(target: int, state: dict) -> list[int]:
@@ -284,11 +319,8 @@ def confirm(
     runs = read()
     by_experiment = group(runs)
     explored = {e: members for e, members in by_experiment.items() if not stage_of(members)}
+    check_readings(root, names, explored, "--confirm")
     names_of = {e: reading_name(members) for e, members in explored.items()}
-    unknown = [n for n in names if n not in names_of.values()]
-    if unknown:
-        found = ", ".join(sorted({n for n in names_of.values() if n})) or "none"
-        raise SuiteError(f"--confirm {','.join(unknown)}: no such reading in {root} (readings: {found})")
     chosen = [e for e, n in names_of.items() if n in names]
     contexts = {explored[e][0].context for e in chosen}
     baselines = [e for e, m in explored.items() if m[0].attn == "standard" and m[0].context in contexts]
@@ -315,62 +347,94 @@ def stage_of(members: list[Run]) -> str:
 
 
 def reading_name(members: list[Run]) -> str | None:
-    """The ``reading=`` an experiment was launched with (None: no recorded command, or none)."""
+    """The ``reading=`` an experiment was launched with (None: no recorded command, or none), from
+    the first of its runs with a recorded command, read as data."""
     launched = launched_run(members)
-    given = job_overrides(launched) if launched else []
-    return next((o.split("=", 1)[1] for o in given if o.startswith("reading=")), None)
+    if launched is None:
+        return None
+    path = Path(launched.name) / ".hydra" / "overrides.yaml"
+    overrides = relaunch.parsed(path, relaunch.read_list(path))
+    return next((str(o.value()) for o in overrides if o.key_or_group == "reading" and o.value()), None)
 
 
 # -- launching through Hydra -----------------------------------------------------------------
 
 
-def job_overrides(run: Run) -> list[str]:
-    """The overrides a run was launched with (Hydra's ``.hydra/overrides.yaml``), without its seed."""
-    path = Path(run.name) / ".hydra" / "overrides.yaml"
-    if not path.exists():
-        raise SuiteError(f"{run.name}: no .hydra/overrides.yaml, so its command cannot be repeated")
-    overrides = yaml.safe_load(path.read_text()) or []
-    return [o for o in overrides if not o.lstrip("+~").startswith("seed=")]
-
-
 def launched_run(members: list[Run]) -> Run | None:
-    """One of an experiment's runs whose command Hydra recorded."""
-    return next((r for r in members if (Path(r.name) / ".hydra" / "overrides.yaml").exists()), None)
+    """One of an experiment's runs whose command Hydra recorded (the first by folder)."""
+    ordered = sorted(members, key=lambda r: r.name)
+    return next((r for r in ordered if (Path(r.name) / ".hydra" / "overrides.yaml").exists()), None)
 
 
-def sweep_overrides(root: Path) -> list[str]:
-    """The sweep's Hydra overrides (its launcher, its folder) from ``multirun.yaml``."""
-    path = root / "multirun.yaml"
-    hydra = (yaml.safe_load(path.read_text()) or {}).get("hydra", {}) if path.exists() else {}
-    given = (hydra.get("overrides") or {}).get("hydra") or []
-    kept = [o for o in given if not o.startswith(("hydra.mode=", "hydra.sweep.dir="))]
-    return [*kept, f"hydra.sweep.dir={root.resolve()}"]
+class Commands:
+    """Each experiment's command for new seeds (:func:`launch.relaunch.run_command`), checked once:
+    every run's recorded command against its own record, and the experiment's composed against its
+    identity (:func:`launch.relaunch.check_composes`); ``extra``: overrides every launch adds
+    (``stage=confirm``)."""
+
+    def __init__(self, extra: tuple[str, ...] = ()) -> None:
+        self.extra, self.known = extra, {}
+
+    def check(self, by_experiment: dict[str, list[Run]]) -> None:
+        """Check every experiment's command now, before anything is launched or written."""
+        for members in by_experiment.values():
+            self.of(members)
+
+    def of(self, members: list[Run]) -> relaunch.Command | None:
+        """The command of the experiment ``members`` are runs of (None: no run recorded one): the
+        first run's by folder; every run's command that differs from it is composed too."""
+        experiment = members[0].experiment
+        if experiment not in self.known:
+            commands: dict[tuple[str, ...], tuple[relaunch.Command, Run]] = {}
+            for r in sorted(members, key=lambda r: r.name):
+                folder = Path(r.name)
+                if (folder / ".hydra" / "overrides.yaml").exists():
+                    record, identity, _ = run_config(folder)
+                    command = relaunch.run_command(folder, record, identity.config)
+                    commands.setdefault(command.overrides, (command, r))
+            for command, r in commands.values():
+                relaunch.check_composes(command, r.seed, r.identity, self.extra)
+            self.known[experiment] = next((c for c, _ in commands.values()), None)
+        return self.known[experiment]
 
 
-def hydra_launcher(root: Path, hydra_args: list[str]) -> Launch:
-    """Launch new seeds as ``python -m src.run -m`` with the run's own overrides."""
+def hydra_launcher(hydra_args: list[str], commands: Commands) -> Launch:
+    """Launch new seeds as ``python -m src.run -m`` with each experiment's checked command and
+    ``hydra_args`` (the sweep's launcher and folder, and the user's own)."""
 
     def launch(members: list[Run], seeds: list[int]) -> None:
-        launched = launched_run(members)
-        if launched is None:
+        command = commands.of(members)
+        if command is None:
             raise SuiteError(f"{label(members)}: no run has .hydra/overrides.yaml to repeat")
-        command = [
-            sys.executable,
-            "-m",
-            "src.run",
-            "-m",
-            *job_overrides(launched),
-            f"seed={','.join(map(str, seeds))}",
-            *hydra_args,
-        ]
-        subprocess.run(command, check=False)
+        line = [sys.executable, "-m", "src.run", "-m", *command.overrides]
+        line += [f"seed={','.join(map(str, seeds))}", *commands.extra, *hydra_args]
+        subprocess.run(line, check=False)
 
     return launch
+
+
+def own_hydra(given: list[str]) -> list[str]:
+    """The Hydra overrides given on settle's command line (trusted: the user typed them); a
+    :class:`SuiteError` for any other, since a run's own settings come from its records."""
+    others = [o for o in given if not o.lstrip("~+").startswith(("hydra.", "hydra/"))]
+    if others:
+        raise SuiteError(
+            f"{' '.join(others)}: after the folder, settle takes only Hydra overrides (hydra.…, "
+            "hydra/…); the runs' own settings come from their records"
+        )
+    return given
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m launch.settle", description=__doc__.split("\n\n")[0])
     parser.add_argument("dir", type=Path, help="a sweep's folder (hydra.sweep.dir)")
+    parser.add_argument(
+        "hydra",
+        nargs="*",
+        metavar="HYDRA_OVERRIDE",
+        help="Hydra overrides of your own for the launches (hydra.launcher.setup=[…]); the folder's "
+        "own are repeated only as far as launch.relaunch allows",
+    )
     parser.add_argument("--cap", type=int, default=10, help="the most seeds a row gets (default 10)")
     parser.add_argument("--batch", type=int, default=3, help="seeds added per look (default 3)")
     parser.add_argument(
@@ -384,21 +448,32 @@ def main(argv: list[str] | None = None) -> int:
         "--confirm", metavar="READINGS", help="the confirm stage: these readings and standard on fresh seeds"
     )
     parser.add_argument("--seeds", type=int, default=10, help="the confirm stage's seeds (default 10)")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)
     from .report import parse_margins
 
     try:
         root = args.dir
         if not (root / "multirun.yaml").exists():
             raise SuiteError(f"{root}: no multirun.yaml here; give the folder of a sweep (-m)")
+        hydra_args = [*relaunch.sweep_hydra(root), f"hydra.sweep.dir={root.resolve()}"]
+        hydra_args += own_hydra(args.hydra)
         runs = read_runs([root])
+        explored = {e: m for e, m in group(runs).items() if not stage_of(m)}
+        commands = Commands(("stage=confirm",) if args.confirm else ())
+        commands.check(explored)  # every file of the folder checked before anything is written
         if args.confirm:
-            launcher = hydra_launcher(root, [*sweep_overrides(root), "stage=confirm"])
             used = confirm(
-                root, args.confirm.split(","), args.seeds, lambda: read_runs([root]), launcher, say
+                root,
+                args.confirm.split(","),
+                args.seeds,
+                lambda: read_runs([root]),
+                hydra_launcher(hydra_args, commands),
+                say,
             )
             print(f"confirm stage: seeds {used[0]}-{used[-1]}; its rows: python -m launch.report {root}")
             return 0
+        if args.readings:
+            check_readings(root, args.readings.split(","), explored, "--readings")
         state = load_state(root)  # a settle resumed: its own first look, whatever seeds came since
         first = args.first or (
             state["plan"]["first"]
@@ -413,7 +488,7 @@ def main(argv: list[str] | None = None) -> int:
             root,
             plan,
             lambda: read_runs([root]),
-            hydra_launcher(root, sweep_overrides(root)),
+            hydra_launcher(hydra_args, commands),
             margins=margins,
             wanted=wanted,
             say=say,
@@ -423,6 +498,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"tables and verdicts: python -m launch.report {root}")
     return 0
+
+
+def check_readings(root: Path, names: list[str], explored: dict[str, list[Run]], option: str) -> None:
+    """A :class:`SuiteError` naming ``names`` that no experiment of ``root`` was launched with."""
+    known = {n for m in explored.values() if (n := reading_name(m))}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        listed = ", ".join(sorted(known)) or "none"
+        raise SuiteError(f"{option} {','.join(unknown)}: no such reading in {root} (readings: {listed})")
 
 
 def readings_filter(names: str | None, primary: bool = False) -> Callable[[Verdict, list[Run]], bool]:
