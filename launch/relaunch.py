@@ -29,6 +29,7 @@ in one line; what a user trusts is given on settle's own command line instead.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -76,11 +77,10 @@ class Refused(SuiteError):
 
 @dataclass(frozen=True)
 class Command:
-    """One experiment's command for new seeds: ``overrides`` (without the seed), the ``reading=``
-    it selects (None: none), and the overrides file it was checked against."""
+    """One experiment's command for new seeds: ``overrides`` (without the seed), and the overrides
+    file it was checked against."""
 
     overrides: tuple[str, ...]
-    reading: str | None
     source: Path
 
 
@@ -163,7 +163,6 @@ def run_command(folder: Path, record: dict[str, Any], identity: dict[str, Any]) 
     lines = read_list(path)
     groups = job_groups()
     out: list[str] = []
-    reading = None
     for text, override in zip(lines, parsed(path, lines), strict=True):
         key = override.key_or_group
         refuse_code(path, text, key, override.value())
@@ -173,7 +172,6 @@ def run_command(folder: Path, record: dict[str, Any], identity: dict[str, Any]) 
             choice = override.value()
             if choice is not None and (not isinstance(choice, str) or choice not in group_choices(key)):
                 raise Refused(f"{path}: {text[:80]!r} selects no file of the suite's conf/{key}/; refused")
-            reading = choice if key == "reading" else reading
         else:
             check_agrees(path, text, override, record)
         if key == "seed" or key == "paths.data_dir":
@@ -186,7 +184,7 @@ def run_command(folder: Path, record: dict[str, Any], identity: dict[str, Any]) 
     if data_dir is not None:
         refuse_code(folder / "identity.json", f"paths.data_dir={data_dir}", "paths.data_dir", data_dir)
         out.append(f"paths.data_dir={QuotedString(text=str(data_dir), quote=Quote.single).with_quotes()}")
-    return Command(tuple(out), reading, path)
+    return Command(tuple(out), path)
 
 
 def check_agrees(path: Path, text: str, override: Any, record: dict[str, Any]) -> None:
@@ -240,16 +238,12 @@ def group_choices(group: str) -> list[str]:
     return group_options(loader(), group)
 
 
-_LOADER: list[Any] = []
-
-
+@functools.cache
 def loader() -> Any:
     """One Hydra config loader over ``conf/`` for every composition of a settle."""
-    if not _LOADER:
-        from src.cli import config_loader
+    from src.cli import config_loader
 
-        _LOADER.append(config_loader())
-    return _LOADER[0]
+    return config_loader()
 
 
 # -- the command must compose to the record ---------------------------------------------------
@@ -264,6 +258,7 @@ def check_composes(command: Command, seed: int, expected: Any, extra: tuple[str,
     from hydra.errors import HydraException
     from hydra.types import RunMode
     from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
 
     import src.engine.schema  # noqa: F401  the trainer schema the config is composed with
     from src import resolvers  # noqa: F401  the suite's resolvers, for the suite's own configs
@@ -273,7 +268,7 @@ def check_composes(command: Command, seed: int, expected: Any, extra: tuple[str,
     overrides = [*command.overrides, f"seed={seed}", *extra]
     try:
         cfg = loader().load_configuration("config", overrides=overrides, run_mode=RunMode.RUN)
-    except (HydraException, SuiteError, ValueError) as error:
+    except (HydraException, OmegaConfBaseException, SuiteError, ValueError) as error:
         why = one_line(error)
         raise Refused(f"{command.source}: its command does not compose ({why}); refused") from None
     raw = OmegaConf.to_container(cfg, resolve=False)

@@ -145,16 +145,22 @@ class Launches:
 # -- item 1: the folder's files never run ---------------------------------------------------------------
 
 
-def test_a_torch_load_chain_in_a_runs_overrides_yaml_never_runs(tmp_path, capsys):
+@pytest.mark.parametrize(
+    "options",
+    [["--first", "3", "--cap", "3"], ["--confirm", "spectral_q", "--seeds", "1"]],
+    ids=["settle", "confirm"],
+)
+def test_a_torch_load_chain_in_a_runs_overrides_yaml_never_runs(tmp_path, capsys, options):
     """settle runs code from a received sweep folder: an override whose ``_target_`` chains
     ``torch.load(weights_only=False)`` over ``io.BytesIO(base64.b64decode(…))`` in the runs'
     ``.hydra/overrides.yaml`` is refused in one line naming the file, before anything is launched
-    or written; the marker file never appears."""
+    or written, by settle (a first look at 3 seeds launches seed 2) and by ``--confirm``; the
+    marker file never appears."""
     root, marker = write_sweep(tmp_path / "sweep"), tmp_path / "pwned"
     for folder in spectral_runs(root):
         edit_overrides(folder, lambda o: [*o, f"+task.pwn={torch_load_chain(marker)}"])
     before = files_of(root)
-    code = settle.main([str(root), "--first", "3", "--cap", "3"])  # a first look at 3 seeds: launch seed 2
+    code = settle.main([str(root), *options])
     line = one_error_line(capsys.readouterr().err)
     assert code == 2 and not marker.exists()
     assert f"{spectral_runs(root)[0] / '.hydra' / 'overrides.yaml'}: '+task.pwn=" in line
@@ -328,6 +334,7 @@ def test_no_resolver_runs_for_settle_eval_or_the_sandbox_on_a_record(tmp_path, m
     out = capsys.readouterr()
     assert "holds an interpolation at task.name ('${oc.env:MYSECRET}')" in out.err
     assert leaked(tmp_path, out.out, out.err) == [] and not called.exists()
+    OmegaConf.clear_resolver("touch_marker")
 
 
 def test_values_read_as_data_follow_node_interpolations_and_keep_every_resolver_call_as_text():
