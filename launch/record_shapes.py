@@ -16,6 +16,8 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
+from src.engine.record.bounded import read_bytes
+
 
 class DamagedRecord(ValueError):
     """A file of a run folder the report cannot use; its message names the file and what is wrong."""
@@ -56,10 +58,11 @@ def is_step(value: Any) -> bool:
 def read_summary(path: Path) -> dict[str, Any] | None:
     """``summary.json`` (None: there is none), or a :class:`DamagedRecord` where it is not a JSON
     object with the types :data:`SUMMARY_TYPES` names and numbers as its ``final`` and ``best``."""
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():
         return None
+    data = read_bytes(path, within=path.parent)  # a regular file of the folder, within its limit
     try:
-        summary = json.loads(path.read_text())
+        summary = json.loads(data)
     except ValueError as error:
         raise DamagedRecord(f"{path} is not valid JSON ({error})") from error
     if not isinstance(summary, dict):
@@ -104,6 +107,54 @@ def row_problem(row: dict[str, Any]) -> str | None:
     return None
 
 
+# -- the ranges of the metrics the report averages ------------------------------------------------
+
+#: What each metric can be, by its name without the split (``val/acc_mm``: ``acc_mm``), in the
+#: units the suite records it in: accuracies, F1 and COCO APs as fractions in [0, 1] (the report
+#: prints them in %), correlations in [-1, 1], a loss at least 0, a perplexity at least 1.
+#: [reading] This module's: what the suite's tasks log (tasks/*/task.py, mmdet's COCO metrics).
+RANGES: tuple[tuple[str, float, float], ...] = (
+    ("acc", 0.0, 1.0),
+    ("f1", 0.0, 1.0),
+    ("mAP", 0.0, 1.0),
+    ("matthews", -1.0, 1.0),
+    ("pearson", -1.0, 1.0),
+    ("spearman", -1.0, 1.0),
+    ("loss", 0.0, math.inf),
+    ("ppl", 1.0, math.inf),
+    ("perplexity", 1.0, math.inf),
+)
+
+
+def metric_range(key: str) -> tuple[float, float] | None:
+    """``(low, high)`` a metric can take (:data:`RANGES`), None where its name says nothing: an
+    accuracy is ``acc…``, a COCO AP holds ``mAP``, the others are their names exactly."""
+    name = key.rsplit("/", 1)[-1]
+    for word, low, high in RANGES:
+        if name == word or (word == "acc" and name.startswith("acc")) or (word == "mAP" and word in name):
+            return low, high
+    return None
+
+
+def checked_metric(key: str) -> bool:
+    """Whether a summary's ``final``/``best`` value of ``key`` is range-checked whatever the main
+    metric: every known range but COCO's APs by object size and IoU, which are -1 where the set
+    has no object of that size (COCO's own mark); the main metric is checked whatever it is."""
+    return metric_range(key) is not None and "mAP" not in key
+
+
+def out_of_range(key: str, value: float) -> str | None:
+    """``"is -5.0, outside [0, 1]…"`` where ``value`` cannot be a ``key`` (:func:`metric_range`),
+    else None."""
+    bounds = metric_range(key)
+    if bounds is None or not is_number(value) or bounds[0] <= value <= bounds[1]:
+        return None
+    low, high = bounds
+    shown = f"[{low:g}, {high:g}]" if math.isfinite(high) else f"at least {low:g}"
+    percent = " (the suite records it as a fraction: a percentage?)" if high == 1 and 1 < value <= 100 else ""
+    return f"is {value!r}, outside {shown}, what it can be{percent}: its numbers are not used"
+
+
 # -- evaluations -----------------------------------------------------------------------------------
 
 
@@ -123,8 +174,9 @@ def read_evals(
         if "." in split:  # eval-<split>.<hash>.json: another configuration's, beside the run's own
             continue
         try:
-            evals[split] = checked_eval(json.loads(path.read_text()), split, summary, identities)
-        except ValueError as error:
+            record = json.loads(read_bytes(path, within=folder))
+            evals[split] = checked_eval(record, split, summary, identities)
+        except ValueError as error:  # damaged, refused (RefusedFile), or not the record's
             warnings.warn(
                 f"{path} is left out ({error}); its run is reported on validation: rerun "
                 f"`python -m src.eval {folder} split={split}`",
@@ -145,6 +197,9 @@ def checked_eval(
         raise ValueError("no 'metrics' holding its 'metric'")
     if not is_number(metrics[metric]):
         raise ValueError(f"its {metric} is {one_line(repr(metrics[metric]), 40)}, not a number")
+    problem = out_of_range(metric, metrics[metric])
+    if problem:
+        raise ValueError(f"its {metric} {problem}")
     if record.get("split", split) != split:
         raise ValueError(f"it is of split {record['split']!r}, not {split!r}")
     if "identity" not in record:

@@ -4,9 +4,12 @@ A run folder is a folder with the suite's ``config.yaml`` or Hydra's ``.hydra/co
 Its status: ``completed`` (a summary says so), ``failed`` (a summary with the error line, after
 training), ``failed to start`` (it failed, or died, before its first step: its error from
 ``failures.jsonl`` or the summary), ``incomplete`` (rows but no summary: killed, timed out or
-still running), or ``unreadable`` (a record that cannot be read: its one-line reason), so the
-report lists every run that did not finish instead of dropping it, and one damaged folder never
-stops it.
+still running), ``unreadable`` (a record that cannot be read: its one-line reason), or ``debug``
+(made with a ``debug=`` preset, :func:`debug_preset`: a few steps to try the code, never an
+experiment's run), so the report lists every run that did not finish instead of dropping it,
+and one damaged folder never stops it. Every file is read within its bounds
+(:mod:`src.engine.record.bounded`: a regular file of the folder, within its size; rows streamed),
+and the numbers the report averages within their metric's range (:func:`check_ranges`).
 
 A run folder is data: whatever it holds is read as values and checked for the shape the report
 needs (:func:`read_run`), and nothing is built from its config. A config that names a
@@ -25,20 +28,32 @@ run length, the data) are different experiments, whatever their folders are call
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
 from omegaconf import DictConfig, OmegaConf
 
+from src.engine.record.bounded import limit_of, lines, open_file, read_bytes
 from src.engine.record.files import RunRecord, read_metrics
 from src.engine.record.identity import Identity, flatten
 from src.engine.record.safe_config import as_data, check_buildable
 from src.errors import SuiteError
 
-from .record_shapes import DamagedRecord, checked_rows, is_step, one_line, read_evals, read_summary
+from .record_shapes import (
+    DamagedRecord,
+    checked_metric,
+    checked_rows,
+    is_step,
+    one_line,
+    out_of_range,
+    read_evals,
+    read_summary,
+)
 
 
 @dataclass
@@ -50,7 +65,7 @@ class Run:
     backbone: str
     attn: str
     seed: int
-    status: str  # completed | failed | failed to start | incomplete | unreadable
+    status: str  # completed | failed | failed to start | incomplete | unreadable | debug
     metric: str | None = None
     metric_mode: str | None = None  # max | min, from summary.json (None: unknown)
     final: dict[str, float] = field(default_factory=dict)
@@ -140,13 +155,56 @@ def read_run(folder: Path) -> Run:
     with its one-line reason and none of its numbers, so that one folder never stops a report."""
     run = Run(name=str(folder), task="?", backbone="?", attn="?", seed=0, status="incomplete")
     try:
+        check_configs(folder)
         config, identity, recorded = run_config(folder, run)
         name_run(run, config, identity, folder)
         read_record(run, folder, recorded)
         check_usable(run)
+        preset = debug_preset(folder)
     except Exception as error:  # noqa: BLE001  a run folder is data: whatever is wrong in it
         return unreadable(run, error)
+    if preset is not None:
+        run.status = "debug"
+        run.error = f"a debug run (debug={preset}): a few steps to try the code, not an experiment's run"
     return run
+
+
+#: The YAML files of a run folder the report reads (:func:`check_configs`).
+CONFIGS = ("config.yaml", ".hydra/config.yaml", ".hydra/hydra.yaml", ".hydra/overrides.yaml")
+
+
+def check_configs(folder: Path) -> None:
+    """Each of the run's :data:`CONFIGS` that exists is a regular file inside the folder and within
+    its size (:func:`src.engine.record.bounded.open_file`), before a YAML reader opens it by name: a
+    FIFO would hang it, ``/dev/zero`` fill the memory. A :class:`RefusedFile` otherwise."""
+    for name in CONFIGS:
+        path = folder / name
+        if path.exists() or path.is_symlink():
+            open_file(path, limit_of(path), within=folder).close()
+
+
+def debug_preset(folder: Path) -> str | None:
+    """The ``debug=`` preset the run was made with (``fdr``), from Hydra's record of the command:
+    ``.hydra/hydra.yaml``'s ``hydra.runtime.choices.debug``, else a ``debug=`` item of
+    ``.hydra/overrides.yaml``; None for a run of an experiment (or a record without ``.hydra/``).
+    Both are read as plain YAML data (nothing resolved); one that cannot be read says nothing."""
+    for name in ("hydra.yaml", "overrides.yaml"):
+        path = folder / ".hydra" / name
+        if not path.is_file():
+            continue
+        try:
+            tree = yaml.safe_load(read_bytes(path, within=folder))
+        except (ValueError, yaml.YAMLError):
+            continue
+        if name == "hydra.yaml" and isinstance(tree, dict):
+            choices = ((tree.get("hydra") or {}).get("runtime") or {}).get("choices") or {}
+            if isinstance(choices, dict) and choices.get("debug") not in (None, "null"):
+                return str(choices["debug"])
+        if name == "overrides.yaml" and isinstance(tree, list):
+            found = [str(o).partition("=")[2] for o in tree if str(o).lstrip("+~").startswith("debug=")]
+            if found and found[-1] not in ("", "null"):
+                return found[-1]
+    return None
 
 
 def unreadable(run: Run, error: BaseException) -> Run:
@@ -177,7 +235,7 @@ def name_run(run: Run, config: dict[str, Any], identity: Identity, folder: Path)
 def read_record(run: Run, folder: Path, recorded: frozenset[str]) -> None:
     """The record's rows, summary and evaluations into ``run`` (each checked for the shape the
     report reads), and its status; ``recorded``: the identity hashes an evaluation may name."""
-    run.rows = checked_rows(read_metrics(folder), folder / "metrics.jsonl")
+    run.rows = checked_rows(read_metrics(folder, bounded=True), folder / "metrics.jsonl")
     summary = read_summary(folder / "summary.json")
     if summary is not None:
         run.status = summary.get("status", "completed")
@@ -203,12 +261,36 @@ def read_record(run: Run, folder: Path, recorded: frozenset[str]) -> None:
 
 def check_usable(run: Run) -> None:
     """Compute once what the report computes of ``run`` alone (its number, length, label, curve),
-    so that whatever still fails on it fails here, for this run only."""
+    so that whatever still fails on it fails here, for this run only; and check that the numbers it
+    averages can be what they say (:func:`check_ranges`)."""
     from .results import variant_label  # results reads records
 
     _ = run.reported, run.epochs, run.higher_is_better, run.context, variant_label(run)
     if run.metric:
         run.series(run.metric)
+    check_ranges(run)
+
+
+def check_ranges(run: Run) -> None:
+    """A :class:`DamagedRecord` where a number the report averages is outside what its metric can
+    be (:func:`launch.record_shapes.out_of_range`: an accuracy of -5.0, or of 85 where the suite
+    records a fraction): summary.json's ``final`` and ``best`` values (each metric whose range is
+    known, and the main one) and the main metric's rows in metrics.jsonl."""
+    folder = Path(run.name)
+    for where in ("final", "best"):
+        for key, value in getattr(run, where).items():
+            if key == "step" or (key != run.metric and not checked_metric(key)):
+                continue
+            problem = out_of_range(key, value)
+            if problem:
+                raise DamagedRecord(f"{folder / 'summary.json'}: {where}.{key} {problem}")
+    if run.metric:
+        for number, row in enumerate(run.rows, start=1):
+            value = row.get(run.metric)
+            problem = None if value is None else out_of_range(run.metric, value)
+            if problem:
+                where = f"{folder / 'metrics.jsonl'}: row {number} (step {row['step']})"
+                raise DamagedRecord(f"{where} has {run.metric} {problem}")
 
 
 def run_config(folder: Path, run: Run | None = None) -> tuple[dict[str, Any], Identity, frozenset[str]]:
@@ -271,10 +353,11 @@ def recorded_identity(path: Path) -> tuple[Identity, frozenset[str]] | None:
     its config's hash as computed now, which differs only where a class named in it has moved since
     (:data:`src.engine.record.identity.MOVED_TARGETS`): both are the record's. A damaged one is a
     :class:`DamagedRecord`: without it no evaluation can be matched to the run."""
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():
         return None
+    data = read_bytes(path, within=path.parent)
     try:
-        meta = json.loads(path.read_text())
+        meta = json.loads(data)
     except ValueError as error:
         raise DamagedRecord(f"{path} is damaged (not JSON: {error})") from error
     if not isinstance(meta, dict) or not isinstance(meta.get("config"), dict):
@@ -292,23 +375,25 @@ def seed_keys(folder: Path) -> list[str]:
     path = folder / ".hydra" / "config.yaml"
     if not path.exists():
         return []
-    raw = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    raw = OmegaConf.to_container(OmegaConf.load(io.BytesIO(read_bytes(path, within=folder))), resolve=False)
     return [key for key, value in flatten(raw).items() if value == "${seed}"]
 
 
 def last_failure(folder: Path) -> str | None:
-    """The error line of the last session that failed in ``folder`` (``failures.jsonl``)."""
+    """The error line of the last session that failed in ``folder`` (``failures.jsonl``, streamed
+    within its limit; a line that is not an entry is passed over)."""
     path = folder / "failures.jsonl"
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():
         return None
-    for line in reversed(path.read_text(errors="replace").splitlines()):
+    found = None
+    for _, line in lines(path, limit_of(path), within=folder):
         try:
             entry = json.loads(line)
         except ValueError:
             continue
         if isinstance(entry, dict) and entry.get("error") is not None:
-            return str(entry["error"])
-    return None
+            found = str(entry["error"])
+    return found
 
 
 def read_runs(roots: Iterable[Path]) -> list[Run]:

@@ -6,9 +6,13 @@ and its options, and every other setting: run length, recipe, data), and writes 
 beside ours; the settings that tell experiments of one task and backbone apart), the P4-style
 steps each variant needs to reach ``standard``'s final metric, PNG plots (the metric over
 training per experiment with a band over seeds; κ over training), the runs that failed, failed
-to start, never finished or cannot be read (``unreadable``: a damaged or foreign record, one row
-each with its reason; the report goes on with the others), with their error line, and the
-duplicates (two runs of one identity and seed: counted once). Which way a metric is better
+to start, never finished or cannot be read (``unreadable``: a damaged or foreign record, a file
+that is not a regular one or larger than its limit, a number outside its metric's range; one row
+each with its reason; the report goes on with the others), with their error line, the records
+of one identity and seed whose numbers differ (``disagrees``: both shown, neither counted,
+:func:`launch.results.flag_disagreements`), the debug runs (``debug=fdr``: listed, never counted)
+and the duplicates (two runs of one identity and seed, the same numbers: counted once). Every
+file is read within its bounds (:mod:`src.engine.record.bounded`). Which way a metric is better
 comes from ``summary.json``'s ``metric_mode``. Each number says its split: a run's test number
 (``eval-test.json`` of the record's own configuration) where every seed of its experiment has
 one, else the validation value. Beside the document, ``results.csv`` and ``results.json`` carry
@@ -39,6 +43,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from src.engine.record.bounded import limit_of, open_file
 from src.engine.record.files import RecordError, write_failure
 from src.errors import SuiteError
 
@@ -52,13 +57,14 @@ from .results import (
     convergence,
     describe,
     experiments,
+    flag_disagreements,
     fmt,
     not_attn,
     one_split,
     table,
     variant_options,
 )
-from .settle import Plan, read_plan
+from .settle import STATE, Plan, read_plan
 from .stats import Levels
 from .verdicts import claims_section, verdicts
 
@@ -118,8 +124,8 @@ def markdown(
         )
     levels = {e: lv for _, _, by_experiment in settled for e, lv in by_experiment.items()}
     rules = [f"`{root}`: {plan.describe()}." for root, plan, _ in settled]
-    found = verdicts(runs, margins=margins, levels=levels)
-    sections = [*glue_section(runs), *claims_section(found, rules), *not_counted(runs)]
+    found = verdicts(of_experiments(runs), margins=margins, levels=levels)
+    sections = [*glue_section(of_experiments(runs)), *claims_section(found, rules), *not_counted(runs)]
     return "\n".join([*lines, *sections]) + "\n"
 
 
@@ -152,9 +158,22 @@ def _cell_row(c: Cell) -> str:
     )
 
 
+#: Statuses of runs that are not counted although they ran: each has its own section.
+SET_APART = ("debug", "disagrees")
+
+
+def of_experiments(runs: list[Run]) -> list[Run]:
+    """``runs`` but the debug runs (``debug=fdr``): a few steps to try the code are no experiment's
+    run, so they take no part in its table, claims, plots or the settings that tell experiments
+    apart (the report lists them on their own, :func:`not_counted`)."""
+    return [r for r in runs if r.status != "debug"]
+
+
 def not_counted(runs: list[Run]) -> list[str]:
-    """The report's last sections: runs that did not complete, and duplicates counted once."""
-    failed = [r for r in runs if r.status != "completed"]
+    """The report's last sections: runs that did not complete, records of one experiment and seed
+    whose numbers disagree (neither counted), debug runs (not an experiment's), and duplicates
+    counted once."""
+    failed = [r for r in runs if r.status != "completed" and r.status not in SET_APART]
     lines = ["", f"## Runs that did not complete ({len(failed)})", ""]
     if failed:
         lines += [
@@ -169,6 +188,40 @@ def not_counted(runs: list[Run]) -> list[str]:
         ]
     else:
         lines.append("None.")
+    disagreeing = sorted(
+        (r for r in runs if r.status == "disagrees"), key=lambda r: (r.experiment, r.seed, r.name)
+    )
+    if disagreeing:
+        lines += [
+            "",
+            f"## Records that disagree ({len(disagreeing)}): the same experiment and seed, other numbers; "
+            "none of them counted",
+            "",
+            "Two records of one identity and seed are the same run twice: where their numbers differ, at "
+            "least one is not what it says. Move aside the one that is not the run's record (or rerun the "
+            "seed in a folder of its own) and report again.",
+            "",
+            "| run | task | backbone | variant | seed | metric | final | test | how they differ |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        ]
+        for r in disagreeing:
+            test = r.reported.value if r.reported and r.reported.split == "test" else None
+            cells = (
+                r.name,
+                r.task,
+                r.backbone,
+                r.attn,
+                r.seed,
+                r.metric,
+                r.final.get(r.metric or ""),
+                test,
+                r.error,
+            )
+            lines.append("| " + " | ".join(cell(x) for x in cells) + " |")
+    debug = [r for r in runs if r.status == "debug"]
+    if debug:
+        lines += ["", f"## Debug runs ({len(debug)}): not counted", ""]
+        lines += [f"- {r.name} ({r.task} · {r.backbone} · {r.attn}, seed {r.seed}): {r.error}" for r in debug]
     _, duplicates = experiments(runs)
     if duplicates:
         heading = f"## Duplicate runs ({len(duplicates)}): the same experiment and seed, counted once"
@@ -201,10 +254,10 @@ def export_rows(runs: list[Run]) -> list[dict[str, Any]]:
     test number where it has one, else its final validation value (*split*, *checkpoint* say
     which); *best* its best validation value. A group's *mean*, *std* (None for one seed), *n* and
     *seeds* are over one split (*split*; *note* when some seeds had test numbers and some not)."""
-    settings = options(runs)
+    settings = options(of_experiments(runs))
     rows = []
     for r in sorted(runs, key=lambda r: (r.task, r.backbone, r.attn, r.experiment, r.seed, r.name)):
-        number = r.reported if r.status == "completed" else None
+        number = r.reported if r.status in ("completed", "disagrees") else None
         best = r.best.get(r.metric or "")
         rows.append(
             {
@@ -364,11 +417,12 @@ def seed_sets(
     claims judged from them (:mod:`launch.seed_verdicts`; ``margins`` as :func:`build`'s)."""
     from src.sandbox.success import load_sets, report_section
 
-    from .seed_verdicts import load_memories, section, seed_verdicts
+    from .seed_verdicts import read_memories, section, seed_verdicts
 
-    sets = load_sets(roots)
-    lines, pngs = report_section(sets)
-    return lines + section(seed_verdicts(sets, memories=load_memories(roots), margins=margins)), pngs
+    sets, unreadable = load_sets(roots)
+    memories, unread_memories = read_memories(roots)
+    lines, pngs = report_section(sets, unreadable + unread_memories)
+    return lines + section(seed_verdicts(sets, memories=memories, margins=margins)), pngs
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -390,13 +444,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         margins = parse_margins(args.margin)
+        for root in args.runs:  # read_plan reads it by name: a regular file within its limit first
+            state = root / STATE
+            if state.exists() or state.is_symlink():
+                open_file(state, limit_of(state), within=root).close()
         settled = [(root, *plan) for root in args.runs if (plan := read_plan(root))]
     except (ValueError, SuiteError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if not args.runs and not args.wandb:
         parser.error("give run folders, --wandb ENTITY/PROJECT, or both")
-    runs = read_runs(args.runs) + (read_wandb(args.wandb) if args.wandb else [])
+    runs = flag_disagreements(read_runs(args.runs) + (read_wandb(args.wandb) if args.wandb else []))
     seed_lines, seed_pngs = seed_sets(args.runs, margins)
     if not runs and seed_lines:  # only seed sets (python -m src.sandbox.seeds): their section alone
         out = args.out or args.runs[0] / "report"
@@ -413,9 +471,10 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     out = args.out or (args.runs[0] / "report" if args.runs else Path("report"))
-    text = markdown(table(runs), convergence(runs), runs, margins, settled)
+    counted = of_experiments(runs)
+    text = markdown(table(counted), convergence(counted), runs, margins, settled)
     text += "\n".join(seed_lines) + ("\n" if seed_lines else "")
-    plots = {**pngs(runs), **seed_pngs}
+    plots = {**pngs(counted), **seed_pngs}
     try:
         write_files(out, {"report.md": text.encode(), **exports(export_rows(runs)), **plots})
     except RecordError as error:
@@ -423,9 +482,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(text)
     unreadable = sum(1 for r in runs if r.status == "unreadable")
+    disagreeing = sum(1 for r in runs if r.status == "disagrees")
     print(
         f"wrote {out / 'report.md'}, results.csv and results.json, {len(plots)} plots"
-        + (f"; {unreadable} unreadable run folder(s), listed in the report" if unreadable else ""),
+        + (f"; {unreadable} unreadable run folder(s), listed in the report" if unreadable else "")
+        + (
+            f"; {disagreeing} records that disagree, none counted, listed in the report"
+            if disagreeing
+            else ""
+        ),
         file=sys.stderr,
     )
     return 0

@@ -11,6 +11,7 @@ the curves, and ``python -m launch.bench --quality`` reuses :func:`convergence`.
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -103,7 +104,9 @@ def not_attn(settings: dict) -> dict:
 
 def experiments(runs: list[Run]) -> tuple[dict[tuple, list[Run]], list[tuple[Run, Run]]]:
     """Completed runs grouped by (task, backbone, variant, experiment); and the duplicates left
-    out, each as ``(kept, duplicate)``: same identity and seed, so the same run twice."""
+    out, each as ``(kept, duplicate)``: same identity and seed, and the same numbers
+    (:func:`flag_disagreements` takes out those that differ), so the same run twice; the one kept
+    is the one with a test number, where only one has it, else the first by folder."""
     groups: dict[tuple, list[Run]] = defaultdict(list)
     duplicates = []
     for run in sorted(runs, key=lambda r: r.name):
@@ -111,11 +114,57 @@ def experiments(runs: list[Run]) -> tuple[dict[tuple, list[Run]], list[tuple[Run
             continue
         members = groups[(*run.key, run.experiment)]
         twin = next((m for m in members if m.seed == run.seed), None)
-        if twin is not None:
-            duplicates.append((twin, run))
-        else:
+        if twin is None:
             members.append(run)
+        elif tested(run) and not tested(twin):
+            members[members.index(twin)] = run
+            duplicates.append((run, twin))
+        else:
+            duplicates.append((twin, run))
     return groups, duplicates
+
+
+def tested(run: Run) -> bool:
+    """Whether the number the report uses of ``run`` is a test number."""
+    return run.reported is not None and run.reported.split == "test"
+
+
+def flag_disagreements(runs: list[Run]) -> list[Run]:
+    """``runs`` with the completed runs of one experiment and seed whose numbers differ (their final
+    validation value of the main metric, or their test numbers where both have one) marked
+    ``disagrees``, each saying with which run and both numbers: two records of the same identity
+    and seed are the same run twice, so where they differ at least one is not what it says, and
+    neither is counted (nor chosen by its folder's name). Records that agree stay ``completed``
+    (:func:`experiments` counts them once)."""
+    by_seed: dict[tuple, list[Run]] = defaultdict(list)
+    for run in runs:
+        if run.status == "completed" and run.metric in run.final:
+            by_seed[(*run.key, run.experiment, run.seed)].append(run)
+    flagged: dict[int, str] = {}
+    for members in by_seed.values():
+        for i, one in enumerate(members):
+            for other in members[i + 1 :]:
+                found = differing(one, other)
+                if found:
+                    for a, b in ((one, other), (other, one)):
+                        flagged.setdefault(
+                            id(a), f"the same experiment and seed as {b.name}, other numbers: {found}"
+                        )
+    return [
+        dataclasses.replace(r, status="disagrees", error=flagged[id(r)]) if id(r) in flagged else r
+        for r in runs
+    ]
+
+
+def differing(one: Run, other: Run) -> str:
+    """How the numbers of two records of one experiment and seed differ (``""``: they agree)."""
+    key = one.metric
+    if one.final.get(key) != other.final.get(key):
+        return f"{key} {one.final.get(key)!r} vs {other.final.get(key)!r}"
+    mine, theirs = one.reported, other.reported
+    if mine and theirs and mine.split == theirs.split == "test" and mine.value != theirs.value:
+        return f"{mine.key} {mine.value!r} vs {theirs.value!r}"
+    return ""
 
 
 def one_split(members: list[Run]) -> tuple[str, str, list[float], str]:

@@ -57,11 +57,13 @@ from __future__ import annotations
 import json
 import math
 import statistics
+import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from scipy.stats import binomtest, fisher_exact
 
+from src.engine.record.bounded import RefusedFile, read_bytes
 from src.sandbox.curves import SUCCESS, Curves, first_success, seed_table
 from src.sandbox.stages import emergence
 from src.sandbox.success import backbone_of, compare, setting
@@ -120,10 +122,71 @@ def reading_of(curves: Curves) -> str:
     return found or " ".join(curves.overrides) or "—"
 
 
+#: The numbers each of memory.json's ``statistics`` holds (:class:`src.sandbox.memory.SpikeStatistic`).
+MEMORY_NUMBERS = (
+    "lr",
+    "seeds",
+    "seeds_with_spikes",
+    "spikes",
+    "spikes_sharp",
+    "control",
+    "control_sharp",
+    "spike_grad",
+    "control_grad",
+)
+
+
 def load_memories(roots: list[Path]) -> list[tuple[Path, dict]]:
-    """Every ``memory.json`` (``python -m src.sandbox.memory``) under ``roots``."""
+    """Every readable ``memory.json`` under ``roots`` (:func:`read_memories`), the others left out
+    with a warning each."""
+    memories, unreadable = read_memories(roots)
+    for _, reason in unreadable:
+        warnings.warn(f"{reason}: left out", stacklevel=2)
+    return memories
+
+
+def read_memories(roots: list[Path]) -> tuple[list[tuple[Path, dict]], list[tuple[Path, str]]]:
+    """Every ``memory.json`` (``python -m src.sandbox.memory``) under ``roots``; and those that cannot
+    be read (not a regular file or too large, :mod:`src.engine.record.bounded`; torn; of another
+    shape, :func:`memory_problem`), each with its one-line reason, so that one never stops the others."""
     files = sorted({p for root in roots for p in Path(root).rglob("memory.json")})
-    return [(f.parent, json.loads(f.read_text())) for f in files]
+    memories, unreadable = [], []
+    for f in files:
+        try:
+            memory = json.loads(read_bytes(f, within=f.parent))
+        except ValueError as error:  # torn, or refused (RefusedFile: its message names the file)
+            unreadable.append(
+                (f, str(error) if isinstance(error, RefusedFile) else f"{f} is not JSON ({error})")
+            )
+            continue
+        problem = memory_problem(memory)
+        if problem:
+            unreadable.append((f, f"{f} is not a memory.json of python -m src.sandbox.memory ({problem})"))
+        else:
+            memories.append((f.parent, memory))
+    return memories, unreadable
+
+
+def memory_problem(memory: object) -> str | None:
+    """What keeps a parsed ``memory.json`` from being read by :func:`spike_verdicts`, or None."""
+    if not isinstance(memory, dict) or not isinstance(memory.get("statistics"), list):
+        return "no 'statistics' list"
+    if not isinstance(memory.get("args", {}), dict):
+        return "its 'args' is not an object"
+    for i, s in enumerate(memory["statistics"]):
+        if not isinstance(s, dict):
+            return f"statistics[{i}] is not an object"
+        wrong = [
+            k for k in MEMORY_NUMBERS if isinstance(s.get(k), bool) or not isinstance(s.get(k), (int, float))
+        ]
+        differences = s.get("seed_differences", [])
+        if (
+            wrong
+            or not isinstance(differences, list)
+            or not all(isinstance(d, (int, float)) for d in differences)
+        ):
+            return f"statistics[{i}]: {', '.join(wrong) or 'seed_differences'} not numbers"
+    return None
 
 
 def spike_verdicts(claim: Claim, folder: Path, memory: dict) -> list[SeedVerdict]:

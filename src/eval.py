@@ -66,7 +66,7 @@ from src.engine.record.identity import Identity
 from src.engine.record.safe_config import check_buildable
 from src.engine.schema import check_values
 from src.engine.task import Task
-from src.errors import ConfigError, message_of
+from src.errors import ConfigError, SuiteError, message_of
 from src.run import user_error
 
 log = logging.getLogger(__name__)
@@ -313,8 +313,8 @@ def print_note(line: str) -> None:
 def recorded_best_step(run_dir: Path) -> int | None:
     """The step of the best validation ``summary.json`` records (None without one)."""
     try:
-        return (json.loads((run_dir / "summary.json").read_text()).get("best") or {}).get("step")
-    except (OSError, ValueError, AttributeError):
+        return ((RunRecord(run_dir, enabled=False).summary() or {}).get("best") or {}).get("step")
+    except (OSError, ValueError, AttributeError, SuiteError):  # damaged, or not a regular file
         return None
 
 
@@ -340,6 +340,9 @@ def read_file(file: Path) -> dict[str, Any]:
     if not (isinstance(state, dict) and "model" in state and (training or "step" in state)):
         found = ", ".join(map(repr, list(state)[:4])) if isinstance(state, dict) else type(state).__name__
         raise CheckpointError(f"{file} is not a checkpoint of this suite (it holds {found or 'nothing'})")
+    problem = checkpoint.field_problem(state)  # a step "abc", a record that is a string
+    if problem:
+        raise CheckpointError(f"{file} is not a checkpoint of this suite ({problem})")
     return state
 
 

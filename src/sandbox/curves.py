@@ -11,10 +11,10 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
-from src.errors import ConfigError
+from src.errors import ConfigError, SuiteError
 
 
 @dataclass
@@ -76,7 +76,97 @@ class Curves:
 
     @classmethod
     def load(cls, path: Path) -> Curves:
-        return cls(**json.loads(Path(path).read_text()))
+        """The set in ``path`` (a ``curves.json``), read as data and checked for the shape the readers
+        use (:func:`shape_problem`); one :class:`ConfigError` naming the file and what is wrong
+        where it is torn, of another shape, not a regular file or larger than its limit
+        (:mod:`src.engine.record.bounded`)."""
+        from src.engine.record.bounded import read_bytes
+
+        path = Path(path)
+        try:
+            tree = json.loads(read_bytes(path, within=path.parent))
+        except ValueError as error:  # torn, not UTF-8, or refused (RefusedFile)
+            if isinstance(error, SuiteError):  # not a regular file, or too large: its line says so
+                raise ConfigError(str(error)) from None
+            raise ConfigError(f"{path} is torn or damaged (not JSON: {error}): move the set aside") from None
+        problem = shape_problem(tree)
+        if problem:
+            raise ConfigError(f"{path} is not a seed set's curves.json ({problem}): move it aside")
+        return cls(**tree)
+
+
+REQUIRED = ("seeds", "overrides", "epochs", "steps_per_epoch", "test_size")
+
+
+def _count(value: object, low: int = 0) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _table(value: object, rows: int, length: int | None, accuracy: bool) -> str | None:
+    """What is wrong with a per-seed table (``rows`` lists of ``length`` numbers, accuracies in [0, 1]
+    where ``accuracy``), or None."""
+    if not isinstance(value, list) or len(value) != rows:
+        return f"not {rows} rows, one per seed"
+    for i, row in enumerate(value):
+        if not isinstance(row, list) or (length is not None and len(row) != length):
+            return f"row {i} is not {length} values" if length is not None else f"row {i} is not a list"
+        for x in row:
+            if not _number(x) or (accuracy and not 0 <= x <= 1):
+                return f"row {i} holds {x!r}, not {'an accuracy in [0, 1]' if accuracy else 'a number'}"
+    return None
+
+
+def shape_problem(tree: object) -> str | None:
+    """What keeps ``tree`` (a parsed ``curves.json``) from being a :class:`Curves` the readers can
+    use, or None: its keys, their types, one row per seed of one value per epoch, accuracies in
+    [0, 1] (a fraction of the test set)."""
+    if not isinstance(tree, dict):
+        return f"a JSON {type(tree).__name__}, not an object"
+    known = {f.name for f in fields(Curves)}
+    unknown, missing = sorted(set(tree) - known), [k for k in REQUIRED if k not in tree]
+    if unknown or missing:
+        return f"unknown keys {unknown}" if unknown else f"no {', '.join(missing)}"
+    seeds = tree["seeds"]
+    if (
+        not isinstance(seeds, list)
+        or not seeds
+        or not all(_count(s) for s in seeds)
+        or len(set(seeds)) < len(seeds)
+    ):
+        return "its seeds are not distinct integers"
+    if not isinstance(tree["overrides"], list) or not all(isinstance(o, str) for o in tree["overrides"]):
+        return "its overrides are not a list of strings"
+    for key, low in (("epochs", 1), ("steps_per_epoch", 1), ("test_size", 1), ("probe_every", 0)):
+        if key in tree and not _count(tree[key], low):
+            return f"its {key} is {tree[key]!r}, not an integer of at least {low}"
+    epochs, n = tree["epochs"], len(seeds)
+    problem = _table(tree.get("acc"), n, epochs, accuracy=True)
+    if problem:
+        return f"acc: {problem}"
+    for key in ("loss", "clustering", "focus"):
+        if tree.get(key):
+            problem = _table(tree[key], n, epochs if key == "loss" else None, accuracy=False)
+            if problem:
+                return f"{key}: {problem}"
+    probes = {len(row) for row in tree.get("clustering") or []} | {
+        len(row) for row in tree.get("focus") or []
+    }
+    every = tree.get("probe_every", 0)
+    if probes and (len(probes) > 1 or not every or max(probes) > epochs // every):
+        return f"its probes are not one per {every} epochs of {epochs}"
+    if tree.get("init_acc") is not None:
+        problem = _table([tree["init_acc"]], 1, n, accuracy=True)
+        if problem:
+            return "init_acc: not one accuracy in [0, 1] per seed"
+    if not _number(tree.get("seconds", 0.0)) or not isinstance(tree.get("attn", {}), dict):
+        return "its seconds are not a number, or its attn not an object"
+    if tree.get("init_from") is not None and not isinstance(tree["init_from"], str):
+        return "its init_from is not a folder's name"
+    return None
 
 
 SUCCESS = 0.95  # P5's "learned": test accuracy at least this

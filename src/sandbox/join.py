@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -65,7 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("out", type=Path, help="the joined set's folder (must not hold a set yet)")
     parser.add_argument("parts", nargs="+", type=Path, help="folders with a curves.json (src.sandbox.seeds)")
     args = parser.parse_args(argv)
-    missing = [str(p / "curves.json") for p in args.parts if not (p / "curves.json").is_file()]
+    missing = [str(p / "curves.json") for p in args.parts if not (p / "curves.json").exists()]
     try:
         if missing:
             raise ConfigError(
@@ -74,8 +75,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if (args.out / "curves.json").exists():
             raise ConfigError(f"{args.out} already holds a set: give a new folder")
         curves = join([Curves.load(p / "curves.json") for p in args.parts])
-    except ConfigError as error:
-        print(f"error: {error}")
+    except ConfigError as error:  # a part missing, torn, of another shape or recipe (Curves.load, join)
+        print(f"error: {error}", file=sys.stderr)
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
     curves.save(args.out / "curves.json")

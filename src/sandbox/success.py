@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -314,17 +315,30 @@ def draw_grid(cells: Sequence[tuple[dict[str, str], Row]], keys: Sequence[str], 
     plt.close(fig)
 
 
-def load_sets(roots: Sequence[Path]) -> list[tuple[Path, Curves]]:
-    """Every seed set (a folder with a ``curves.json``) under ``roots``, loaded once."""
+def load_sets(roots: Sequence[Path]) -> tuple[list[tuple[Path, Curves]], list[tuple[Path, str]]]:
+    """Every seed set (a folder with a ``curves.json``) under ``roots``, loaded once; and those that
+    cannot be read (torn, of another shape, not a regular file, too large: :meth:`Curves.load`),
+    each with its one-line reason, so that one never stops the others."""
     folders = sorted({p.parent for root in roots for p in Path(root).rglob("curves.json")})
-    return [(f, Curves.load(f / "curves.json")) for f in folders]
+    sets, unreadable = [], []
+    for folder in folders:
+        try:
+            sets.append((folder, Curves.load(folder / "curves.json")))
+        except ConfigError as error:
+            unreadable.append((folder / "curves.json", str(error)))
+    return sets, unreadable
 
 
-def report_section(sets: Sequence[tuple[Path, Curves]]) -> tuple[list[str], dict[str, bytes]]:
+def report_section(
+    sets: Sequence[tuple[Path, Curves]], unreadable: Sequence[tuple[Path, str]] = ()
+) -> tuple[list[str], dict[str, bytes]]:
     """For ``python -m launch.report``: the seed sets (:func:`load_sets`) grouped by backbone
-    (:func:`backbone_section`); the Markdown lines and the PNGs. Nothing when there is no seed set."""
-    if not sets:
+    (:func:`backbone_section`), then the seed-set files that cannot be read (``unreadable``: each
+    with its reason); the Markdown lines and the PNGs. Nothing when there is neither."""
+    if not sets and not unreadable:
         return [], {}
+    if not sets:
+        return ["", "## P5: seeds trained at once", "", *unreadable_lines(unreadable)[1:]], {}
     groups: dict[str, list[tuple[Path, Curves]]] = {}
     for folder, curves in sets:
         groups.setdefault(backbone_of(curves), []).append((folder, curves))
@@ -343,7 +357,15 @@ def report_section(sets: Sequence[tuple[Path, Curves]]) -> tuple[list[str], dict
         more_lines, more_pngs = backbone_section(backbone, group)
         lines += more_lines
         pngs.update(more_pngs)
-    return lines, pngs
+    return lines + unreadable_lines(unreadable), pngs
+
+
+def unreadable_lines(unreadable: Sequence[tuple[Path, str]]) -> list[str]:
+    """The seed-set files that cannot be read, one line each with its reason (nothing if none)."""
+    if not unreadable:
+        return []
+    lines = ["", f"### Seed-set files that cannot be read ({len(unreadable)}): not counted", ""]
+    return lines + [f"- `{path}`: {' '.join(reason.split())}" for path, reason in unreadable]
 
 
 def backbone_section(backbone: str, sets: list[tuple[Path, Curves]]) -> tuple[list[str], dict[str, bytes]]:
@@ -418,18 +440,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="draw the success-by-epoch curves here (PNG)")
     args = parser.parse_args(argv)
     folders = ([args.baseline] if args.baseline else []) + [f for f in args.folders if f != args.baseline]
-    missing = [str(f / "curves.json") for f in folders if not (f / "curves.json").is_file()]
+    missing = [str(f / "curves.json") for f in folders if not (f / "curves.json").exists()]
     if missing:
-        print(f"error: no curves.json in {', '.join(missing)}: write them with python -m src.sandbox.seeds")
+        print(
+            f"error: no curves.json in {', '.join(missing)}: write them with python -m src.sandbox.seeds",
+            file=sys.stderr,
+        )
         return 2
     sets = []
     for folder in folders:
-        curves = Curves.load(folder / "curves.json")
+        try:
+            curves = Curves.load(folder / "curves.json")  # its errors name the file
+        except ConfigError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
         if args.epochs:
             try:
                 curves = curves.truncated(args.epochs)
             except ConfigError as error:
-                print(f"error: {folder}: {error}")
+                print(f"error: {folder}: {error}", file=sys.stderr)
                 return 2
         sets.append((folder, curves))
     named = dict(zip(names(sets), (c for _, c in sets), strict=True))
@@ -441,7 +470,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         margin = args.margin or None
         print(table(compare(named, next(iter(named)), args.threshold, margin), args.threshold))
     except ConfigError as error:
-        print(f"error: {error}")
+        print(f"error: {error}", file=sys.stderr)
         return 2
     if args.out:
         draw_success(named, args.out, args.threshold)

@@ -405,5 +405,5 @@ def test_sets_trained_apart_join_into_the_set_trained_at_once(tmp_path, capsys):
         join([other, replace(other, seeds=[9], epochs=2)])
     capsys.readouterr()
     assert main([str(tmp_path / "again"), str(tmp_path / "s0"), str(tmp_path / "both")]) == 2
-    assert "seeds [0] are in more than one set" in capsys.readouterr().out
+    assert "seeds [0] are in more than one set" in capsys.readouterr().err
     assert not (tmp_path / "again").exists()

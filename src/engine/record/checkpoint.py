@@ -179,7 +179,32 @@ def load_checked(path: Path, device: torch.device | str, keys: tuple[str, ...]) 
             f"not a checkpoint of this suite: no {' or '.join(map(repr, missing or ['loop']))} entry "
             f"(it holds {found or 'nothing'})"
         )
+    problem = field_problem(state)
+    if problem:
+        raise CheckpointError(f"not a checkpoint of this suite: {problem}")
     return state
+
+
+def field_problem(state: dict[str, Any]) -> str | None:
+    """What is wrong with the fields a reader takes from a checkpoint as they are, or None: its step
+    (``loop.step`` of a training state, ``step`` of ``best.pt``) a whole number of at least 0, its
+    ``record`` (:meth:`~.session.Session.checkpoint_meta`) an object whose ``identity`` is a hash.
+    A file whose step is ``"abc"`` would have its step written into an evaluation's result, one
+    whose record is a string would fail later with an AttributeError."""
+    loop = state.get("loop")
+    step = loop.get("step") if isinstance(loop, dict) else state.get("step")
+    if ("step" in state or isinstance(loop, dict)) and (
+        not isinstance(step, int) or isinstance(step, bool) or step < 0
+    ):
+        where = "loop.step" if isinstance(loop, dict) else "step"
+        return f"its {where} is {repr(step)[:40]}, not a step"
+    record = state.get("record")
+    if record is not None and not isinstance(record, dict):
+        return f"its 'record' is a {type(record).__name__}, not the record's meta (an object)"
+    identity = (record or {}).get("identity")
+    if identity is not None and not isinstance(identity, str):
+        return f"its record's identity is a {type(identity).__name__}, not a hash"
+    return None
 
 
 def say(note: Callable[[str], None] | None, line: str) -> None:

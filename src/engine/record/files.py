@@ -33,6 +33,7 @@ What holds, whatever happens to a session:
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import math
 import os
@@ -46,6 +47,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from src.errors import SuiteError
 
+from .bounded import LIMITS, ROW_LIMIT, RefusedFile, lines, read_bytes
 from .identity import Identity, code_version
 
 CHECKPOINT_NAMES = ("last.pt", "previous.pt")
@@ -82,10 +84,14 @@ class RunRecord:
         return (self.summary() or {}).get("status") == "completed"
 
     def summary(self) -> dict[str, Any] | None:
+        """``summary.json`` as written (None: there is none); a :class:`RecordError` where it is not
+        JSON, and a :class:`RefusedFile` where it is not a regular file of at most its limit
+        (:mod:`.bounded`)."""
         if not self.summary_path.exists():
             return None
+        data = read_bytes(self.summary_path)
         try:
-            return json.loads(self.summary_path.read_text())
+            return json.loads(data)
         except ValueError as error:
             raise RecordError(f"{self.summary_path} is not valid JSON ({error})") from error
 
@@ -93,14 +99,16 @@ class RunRecord:
         """The record's identity and the rest of ``identity.json`` (W&B id, code); a record
         written before identities existed has its ``config.yaml`` instead."""
         if self.identity_path.exists():
+            data = read_bytes(self.identity_path)
             try:
-                meta = json.loads(self.identity_path.read_text())
+                meta = json.loads(data)
                 return Identity(meta["config"]), meta
-            except (ValueError, KeyError) as error:
+            except (ValueError, KeyError, TypeError) as error:
                 raise RecordError(f"{self.identity_path} is damaged ({error})") from error
         config = self.dir / "config.yaml"
         if config.exists():
-            return Identity.of(OmegaConf.to_container(OmegaConf.load(config), resolve=False)), {}
+            loaded = OmegaConf.load(io.BytesIO(read_bytes(config)))
+            return Identity.of(OmegaConf.to_container(loaded, resolve=False)), {}
         return None, {}
 
     def last_logged_step(self) -> int | None:
@@ -175,7 +183,7 @@ class RunRecord:
         failure it describes is in ``failures.jsonl``)."""
         try:
             status = (self.summary() or {}).get("status")
-        except (RecordError, AttributeError):  # damaged, or not an object: not ours to judge here
+        except (RecordError, RefusedFile, AttributeError):  # damaged, not an object: not ours to judge
             return
         if status == "failed":
             self.summary_path.unlink(missing_ok=True)
@@ -250,35 +258,50 @@ def move_record(source: Path, target: Path, keep: tuple[str, ...] = (".lock",)) 
     return moved
 
 
-def read_metrics(run_dir: Path, warn: bool = True) -> list[dict[str, Any]]:
-    """The rows of a run's ``metrics.jsonl`` (none if it has none).
+def read_metrics(run_dir: Path, warn: bool = True, bounded: bool = False) -> list[dict[str, Any]]:
+    """The rows of a run's ``metrics.jsonl`` (none if it has none), read line by line.
 
     A torn last line (a write cut short) is dropped, with one warning naming the file; a damaged
-    line before the last one is a :class:`RecordError` naming the file and the line."""
+    line before the last one is a :class:`RecordError` naming the file and the line. A file that
+    is not a regular one, or a line longer than :data:`.bounded.LINE_LIMIT`, is a
+    :class:`RefusedFile`; ``bounded`` (the report: a folder from elsewhere) also refuses a file
+    larger than its limit, more than :data:`.bounded.ROW_LIMIT` rows, or a link out of the run's
+    folder (:mod:`.bounded`)."""
     path = Path(run_dir) / "metrics.jsonl"
     if not path.exists():
         return []
-    lines = path.read_text(errors="replace").split("\n")
-    last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
-    rows = []
-    for number, line in enumerate(lines, start=1):
+    limit, within = (None, None) if not bounded else (LIMITS["metrics.jsonl"], Path(run_dir))
+    rows: list[dict[str, Any]] = []
+    torn: tuple[int, str, ValueError] | None = None  # a damaged line: an error unless it is the last
+    for number, line in lines(path, limit, within):
         if not line.strip():
             continue
+        if torn is not None:
+            raise damaged_line(path, *torn)
         try:
             row = json.loads(line)
             if not isinstance(row, dict) or "step" not in row:
                 raise ValueError("not a row with a step")
         except ValueError as error:
-            if number - 1 == last:
-                if warn:
-                    warnings.warn(f"{path}: dropped a torn last line ({line[:60]!r}…)", stacklevel=2)
-                continue
-            raise RecordError(
-                f"{path}:{number} is damaged ({error}: {line[:60]!r}); move the run aside "
-                "(trainer.resume=restart) or repair that line"
-            ) from error
+            torn = (number, line, error)
+            continue
         rows.append(row)
+        if bounded and len(rows) > ROW_LIMIT:
+            raise RefusedFile(
+                f"{path} holds more than {ROW_LIMIT:,} rows, more than the report reads of one run "
+                "(src/engine/record/bounded.py): not a file the suite wrote; move it aside"
+            )
+    if torn is not None and warn:
+        warnings.warn(f"{path}: dropped a torn last line ({torn[1][:60]!r}…)", stacklevel=2)
     return rows
+
+
+def damaged_line(path: Path, number: int, line: str, error: ValueError) -> RecordError:
+    """The error for a damaged line of ``metrics.jsonl`` that is not its last."""
+    return RecordError(
+        f"{path}:{number} is damaged ({error}: {line[:60]!r}); move the run aside "
+        "(trainer.resume=restart) or repair that line"
+    )
 
 
 def write_atomic(path: Path, text: str) -> None:
