@@ -240,9 +240,10 @@ def missing_seeds(members: list[Run], target: int, state: dict) -> list[int]:
 
 
 def group(runs: Iterable[Run]) -> dict[str, list[Run]]:
+    """The readable runs by experiment; a ``debug=`` run (a few steps of everything) is no seed of one."""
     out: dict[str, list[Run]] = {}
     for r in runs:
-        if r.status != "unreadable":
+        if r.status not in ("unreadable", "debug"):
             out.setdefault(r.experiment, []).append(r)
     return out
 

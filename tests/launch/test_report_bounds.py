@@ -420,3 +420,16 @@ def test_a_last_checkpoint_whose_record_is_a_string_is_set_aside_and_the_run_res
         summary = trained(tmp_path)
     assert summary["status"] == "completed" and summary["steps"] == 4
     assert (run_dir / "checkpoints" / "last.pt.corrupt").exists()
+
+
+def test_settle_counts_no_debug_run_as_a_seed_of_its_experiment(tmp_path):
+    """A `debug=fdr` run under a sweep folder is no seed of an experiment for settle either: it
+    never joins a group whose verdict it would enter."""
+    from launch.records import read_runs
+    from launch.settle import group
+
+    write_run(tmp_path, "standard", 1, [0.8] * 10)
+    make_debug(write_run(tmp_path, "standard", 0, [0.8] * 10), "overrides.yaml")
+    runs = read_runs([tmp_path])
+    assert sorted(r.status for r in runs) == ["completed", "debug"]
+    assert [r.seed for members in group(runs).values() for r in members] == [1]
