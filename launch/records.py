@@ -38,7 +38,7 @@ from typing import Any
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from src.engine.record.bounded import limit_of, lines, open_file, read_bytes
+from src.engine.record.bounded import RefusedFile, limit_of, lines, open_file, read_bytes
 from src.engine.record.files import RunRecord, read_metrics
 from src.engine.record.identity import Identity, flatten
 from src.engine.record.safe_config import as_data, check_buildable
@@ -326,9 +326,12 @@ def run_config(folder: Path, run: Run | None = None) -> tuple[dict[str, Any], Id
 
 def load_config(path: Path) -> DictConfig:
     """``path`` read as data, nothing in it resolved nor built: a YAML mapping, else a
-    :class:`DamagedRecord`."""
+    :class:`DamagedRecord`. Its bytes come through :func:`~src.engine.record.bounded.read_bytes`
+    (a regular file, within the config cap), so the file checked is the file parsed."""
     try:
-        cfg = OmegaConf.load(path)
+        cfg = OmegaConf.load(io.BytesIO(read_bytes(path)))
+    except RefusedFile as refused:
+        raise DamagedRecord(str(refused)) from refused
     except Exception as error:  # noqa: BLE001  YAML's errors, OmegaConf's, a folder by that name
         raise DamagedRecord(f"{path} is not a YAML mapping ({one_line(str(error), 160)})") from error
     if not isinstance(cfg, DictConfig):
