@@ -40,6 +40,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from src.engine.record.bounded import RefusedFile, read_bytes
 from src.errors import SuiteError
 
 from . import relaunch, stats
@@ -275,11 +276,13 @@ def look_record(found: list[Verdict], targets: dict[str, int], advanced: list[st
 
 def load_state(root: Path) -> dict | None:
     path = root / STATE
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():
         return None
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as error:
+    try:  # a regular file within its cap (src/engine/record/bounded.py): a FIFO would hang the read
+        return json.loads(read_bytes(path))
+    except RefusedFile as refused:
+        raise SuiteError(f"{refused}; move it aside to start the settle afresh") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise SuiteError(f"{path} is not JSON ({error}); move it aside to start the settle afresh") from None
 
 

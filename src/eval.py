@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import io
 import json
 import logging
 import os
@@ -60,6 +61,7 @@ from src.engine.experiment import processes
 from src.engine.loop import evaluation
 from src.engine.loop.model import build_model
 from src.engine.record import checkpoint
+from src.engine.record.bounded import RefusedFile, read_bytes
 from src.engine.record.checkpoint import CheckpointError
 from src.engine.record.files import RunRecord, plain_json, write_atomic
 from src.engine.record.identity import Identity
@@ -175,9 +177,13 @@ def raw_hash(config: Any) -> str:
 
 
 def read_tree(path: Path) -> dict[str, Any]:
-    """A YAML file as a plain mapping, unresolved; one :class:`ConfigError` when it is not one."""
+    """A YAML file as a plain mapping, unresolved; one :class:`ConfigError` when it is not one. Its
+    bytes come through :func:`~src.engine.record.bounded.read_bytes` (a regular file, within the
+    config cap): a received folder's FIFO or giant file is refused, not read."""
     try:
-        tree = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+        tree = OmegaConf.to_container(OmegaConf.load(io.BytesIO(read_bytes(path))), resolve=False)
+    except RefusedFile as refused:
+        raise ConfigError(str(refused)) from refused
     except Exception as error:  # noqa: BLE001  YAML's and OmegaConf's parse errors
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise ConfigError(f"{path} is not a readable config ({first})") from error

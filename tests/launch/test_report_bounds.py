@@ -25,6 +25,7 @@ from test_report import write_run
 from launch import report
 from launch.records import read_runs
 from src.engine.record import files
+from src.errors import SuiteError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -433,3 +434,30 @@ def test_settle_counts_no_debug_run_as_a_seed_of_its_experiment(tmp_path):
     runs = read_runs([tmp_path])
     assert sorted(r.status for r in runs) == ["completed", "debug"]
     assert [r.seed for members in group(runs).values() for r in members] == [1]
+
+
+def test_settle_reads_a_settle_json_that_is_a_fifo_as_one_line(tmp_path, deadline):
+    """settle itself on a received folder whose `settle.json` is a FIFO: the state is refused in one
+    line (it would wait for a writer for ever), never read."""
+    from launch.settle import load_state
+
+    os.mkfifo(tmp_path / "settle.json")
+    with pytest.raises(SuiteError, match=r"settle\.json is a FIFO \(named pipe\).*move it aside"):
+        load_state(tmp_path)
+
+
+def test_src_eval_refuses_a_giant_config_yaml_before_parsing_it(trained_run, tmp_path, capsys, deadline):
+    """`python -m src.eval RUN` on a received run whose `config.yaml` is over the config cap (a
+    sparse file): one `error:` line naming the cap, exit 2, nothing written; before, the whole file
+    was read into memory and parsed (a giant one would fill it)."""
+    from src.engine.record.bounded import limit_of
+
+    run = copied(trained_run, tmp_path)
+    before = sorted(p.name for p in run.iterdir())
+    with open(run / "config.yaml", "r+b") as f:
+        f.truncate(limit_of(run / "config.yaml") + 1)
+    code, out, err = eval_cli(capsys, run)
+    assert (code, out) == (2, "")
+    assert err.startswith(f"error: {run / 'config.yaml'} holds 4.0 MB, more than the 4.0 MB")
+    assert len(err.splitlines()) == 1 and "not a file the suite wrote" in err
+    assert sorted(p.name for p in run.iterdir()) == before
