@@ -97,7 +97,7 @@ def test_a_variant_the_backbone_does_not_take_is_one_error_line(tmp_path, capsys
     out = tmp_path / "set"
     args = ["experiment=paper/p5", "reading=cond_init_per_head", "--epochs", "1", "--out", str(out)]
     assert main(args) == 2
-    assert "error: attn=cond_init does not apply to backbone=sandbox" in capsys.readouterr().out
+    assert "error: attn=cond_init does not apply to backbone=sandbox" in capsys.readouterr().err
     assert not out.exists()
 
 
@@ -283,10 +283,10 @@ def test_a_set_fine_tuned_from_another_starts_on_its_weights_and_refuses_other_s
     assert (
         main([*base, "--seeds", "0-2", "--epochs", "1", "--init-from", str(source), "--out", str(other)]) == 2
     )
-    assert "trained seeds [0, 1], not --seeds [0, 1, 2]" in capsys.readouterr().out
+    assert "trained seeds [0, 1], not --seeds [0, 1, 2]" in capsys.readouterr().err
     assert main([*base, "backbone=sandbox_multihead", "--seeds", "0-1", "--epochs", "1",
                  "--init-from", str(source), "--out", str(other)]) == 2  # fmt: skip
-    assert "not this sandbox's with these seeds" in capsys.readouterr().out
+    assert "not this sandbox's with these seeds" in capsys.readouterr().err
     assert not other.exists()
 
 
@@ -405,5 +405,5 @@ def test_sets_trained_apart_join_into_the_set_trained_at_once(tmp_path, capsys):
         join([other, replace(other, seeds=[9], epochs=2)])
     capsys.readouterr()
     assert main([str(tmp_path / "again"), str(tmp_path / "s0"), str(tmp_path / "both")]) == 2
-    assert "seeds [0] are in more than one set" in capsys.readouterr().out
+    assert "seeds [0] are in more than one set" in capsys.readouterr().err
     assert not (tmp_path / "again").exists()
