@@ -37,6 +37,7 @@ import json
 import math
 import os
 import shutil
+import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -302,6 +303,24 @@ def write_failure(path: Path, error: OSError) -> str:
     except OSError:
         free = ""
     return f"cannot write {path} ({error.strerror or error}{free})"
+
+
+def check_writable_file(path: Path, option: str = "--out") -> None:
+    """Refuse, before a command's work, a result file it could not write at the end: its folder is
+    made where missing and a probe file written there and removed (nothing else is left), and
+    ``path`` must not be a folder. A :class:`RecordError` naming ``option`` and why."""
+    path = Path(path)
+    if path.is_dir():
+        raise RecordError(f"{option} {path} is a folder: give the file to write")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.write-check-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as error:
+        raise RecordError(
+            f"{option} {path}: cannot write there ({error.strerror or error}); give a path you can write"
+        ) from error
 
 
 def plain_json(value: Any, path: str = "") -> tuple[Any, dict[str, str]]:

@@ -1,0 +1,186 @@
+"""Issue 39, items 5-7: every output a command writes is locked or written whole after checking
+where it goes, runs are bounded before they start, and the commands' minor cases end in one line.
+
+Each test's docstring names its case in the issue's words; each failed on the code before the fix.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+from src.engine.record.lock import RunLock
+
+
+def one_error_line(text: str) -> str:
+    """``text`` (a command's stderr) as its one ``error:`` line."""
+    lines = text.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), lines
+    return lines[0]
+
+
+def run_module(*args: str, timeout: float = 120, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+# -- item 5: locks and outputs ---------------------------------------------------------------
+
+
+def a_record(folder: Path) -> Path:
+    """A completed digits run's record by hand: what launch.report reads."""
+    folder.mkdir(parents=True)
+    (folder / "config.yaml").write_text(
+        "task: {name: digits}\nbackbone: {name: vit_digits}\nattn: {variant: standard}\nseed: 0\n"
+    )
+    (folder / "metrics.jsonl").write_text('{"step": 1, "split": "val", "val/acc": 0.5}\n')
+    summary = {"status": "completed", "final": {"val/acc": 0.5}, "metric": "val/acc", "task": "digits",
+               "attn": "standard", "seed": 0, "steps": 1}  # fmt: skip
+    (folder / "summary.json").write_text(json.dumps(summary))
+    return folder
+
+
+def test_a_report_into_an_out_another_report_writes_is_refused(tmp_path, capsys):
+    """Locks on every output folder a command writes: two reports into one --out at once; the
+    second is one line and exit 2, writing nothing there (before: both wrote, files of either)."""
+    from launch.report import main
+
+    a_record(tmp_path / "runs" / "a")
+    out = tmp_path / "out"
+    with RunLock(out):
+        assert main([str(tmp_path / "runs"), "--out", str(out)]) == 2
+        line = one_error_line(capsys.readouterr().err)
+        assert f"output folder {out} is in use by process {os.getpid()}" in line and "launch.report" in line
+        assert sorted(p.name for p in out.iterdir()) == [".lock"]
+    assert main([str(tmp_path / "runs"), "--out", str(out)]) == 0
+    assert (out / "report.md").is_file() and not (out / ".lock").exists()
+
+
+def test_gpu_check_checks_its_out_before_the_check(tmp_path, monkeypatch, capsys):
+    """gpu_check --out /proc/nope/g.json ran the whole check, then a traceback: now one line and
+    exit 2 before anything runs."""
+    from launch import gpu_check
+
+    def ran(*args, **kwargs):
+        raise AssertionError("the check ran")
+
+    monkeypatch.setattr(gpu_check, "run", ran)
+    assert gpu_check.main(["--dry", "--out", "/proc/nope/g.json"]) == 2
+    assert "--out /proc/nope/g.json: cannot write there" in one_error_line(capsys.readouterr().err)
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    assert gpu_check.main(["--dry", "--out", str(blocked / "g.json")]) == 2
+    assert "cannot write there" in one_error_line(capsys.readouterr().err)
+
+
+def test_bench_checks_its_out_before_the_benchmark(monkeypatch, capsys):
+    """The same for launch.bench --out: refused before it measures anything."""
+    from launch import bench
+
+    monkeypatch.setattr(bench, "machine", lambda args: (_ for _ in ()).throw(AssertionError("it ran")))
+    assert bench.main(["--out", "/proc/nope/b.json"]) == 2
+    assert "--out /proc/nope/b.json: cannot write there" in one_error_line(capsys.readouterr().err)
+
+
+# -- item 7: the commands' minor cases --------------------------------------------------------
+
+
+def test_a_wandb_sweep_whose_runs_every_agent_refuses_is_not_written(tmp_path, capsys):
+    """launch.wandb_sweep … task.batch_size=0 wrote a spec every agent will refuse: now one line,
+    exit 2, no file."""
+    from launch.wandb_sweep import main
+
+    out = tmp_path / "sweep.yaml"
+    assert main(["experiment=digits_variants", "task.batch_size=0", "--out", str(out)]) == 2
+    assert "task.batch_size=0 must be at least 1" in one_error_line(capsys.readouterr().err)
+    assert not out.exists()
+    assert main(["experiment=digits_variants", "seed=0,-1", "--out", str(out)]) == 2
+    assert "seed=-1 must be an integer from 0" in one_error_line(capsys.readouterr().err)
+    assert main(["experiment=digits_variants", "--out", str(out)]) == 0 and out.is_file()
+
+
+def test_a_plan_of_a_run_src_run_refuses_prints_no_hours(capsys):
+    """launch.plan trainer.max_steps=-5 printed negative GPU-hours: now src.run's own line, exit 2."""
+    from launch.plan import main
+
+    assert main(["trainer.max_steps=-5"]) == 2
+    captured = capsys.readouterr()
+    assert "trainer.max_steps=-5 must be at least 1" in one_error_line(captured.err)
+    assert "GPU-hours" not in captured.out
+
+
+def test_a_plan_of_a_step_of_millions_of_epochs_is_refused(capsys):
+    """The global batch bound in the plan too: ImageNet at trainer.accumulate=1000000000."""
+    from launch.plan import main
+
+    assert main(["experiment=paper/imagenet", "trainer.accumulate=1000000000"]) == 2
+    assert "more than 4 epochs of the training set" in one_error_line(capsys.readouterr().err)
+
+
+def test_a_sweep_name_with_a_quote_is_one_line_not_a_syntax_error(tmp_path, capsys):
+    """launch.dashboard --sweep "a'b": a SyntaxError (the name pasted into a filter expression);
+    now one line, exit 2, no specification written. A name W&B can filter on still works."""
+    from launch.dashboard import main
+
+    out = tmp_path / "spec.json"
+    for name in ("a'b", "a\\b", "a\nb"):
+        assert main(["--entity", "e", "--project", "p", "--sweep", name, "--dry-run", str(out)]) == 2
+        assert "W&B's run filters cannot select" in one_error_line(capsys.readouterr().err)
+        assert not out.exists()
+    assert main(["--entity", "e", "--project", "p", "--sweep", 'day "2"', "--dry-run", str(out)]) == 0
+    assert 'day \\"2\\"' in out.read_text()
+
+
+# -- item 6: bounds that stop a run before it starts ------------------------------------------
+
+
+def test_a_huge_accumulate_is_refused_before_training(tmp_path):
+    """trainer.accumulate=1000000000 was accepted ("batch 64000000000" on 1,437 samples) and its
+    first step never ended: now one line, exit 2, within seconds, and nothing trained."""
+    started = time.monotonic()
+    done = run_module(
+        "src.run", "trainer.accumulate=1000000000", f"paths.output_dir={tmp_path}", "trainer.progress=none"
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    line = one_error_line(done.stderr)
+    assert "the global batch 64,000,000,000" in line and "1,437 samples an epoch" in line
+    assert time.monotonic() - started < 100
+    assert not list(tmp_path.rglob("metrics.jsonl")) and not list(tmp_path.rglob("*.pt"))
+
+
+def test_a_global_batch_of_a_few_epochs_is_refused_in_process(tmp_path):
+    """The bound itself: 64 × 100 = 6,400 samples a step on digits' 1,437 (4.45 epochs) is refused
+    by train() before the model is built; 64 × 89 = 5,696 (3.96 epochs) is not refused for that."""
+    from conftest import compose
+
+    from src.engine import train
+    from src.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"global batch 6,400 .* more than 4 epochs"):
+        train(compose(["trainer.accumulate=100", "trainer.max_steps=1"], tmp_path), tmp_path / "run")
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
+    from src.engine.loop.batching import check_global_batch, plan_batch
+
+    check_global_batch(plan_batch(64, 89, 1), 1437)  # within the bound: no error
+
+
+def test_planning_a_huge_batch_is_immediate():
+    """plan_batch tried every accumulation from 1 upwards: a billion for accumulate=1000000000.
+    Now its smallest divisor at or above the fewest micro-batches, found in √n trials."""
+    from src.engine.loop.batching import plan_batch
+
+    started = time.monotonic()
+    plan = plan_batch(64, 1_000_000_000, 1)
+    assert (plan.per_process, plan.accumulate) == (64, 1_000_000_000)
+    plan = plan_batch(64, 999_999_937, 1)  # a prime accumulation
+    assert plan.per_process * plan.accumulate == 64 * 999_999_937 and plan.per_process <= 64
+    assert time.monotonic() - started < 2
