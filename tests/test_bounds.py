@@ -323,3 +323,120 @@ def test_streamed_text_is_the_text_decoded_at_once():
     printer.add(0x82)
     printer.add(0xAC)
     assert out.getvalue() == "€"
+
+
+# -- a signal inside a long step: stopped at a micro-batch boundary, resumed exactly ----------
+
+LONG_STEPS = [
+    "trainer.max_steps=6",
+    "task.batch_size=16",
+    "trainer.accumulate=4",  # 4 micro-batches a step
+    "+backbone.model.drop_rate=0.1",  # dropout: each micro-batch draws from the RNG
+    "trainer.checkpoint_every=2",
+    "trainer.log_every=1",
+    "trainer.val_every=3",
+    "trainer.monitor_every=0",
+    "trainer.threads=1",
+]
+
+
+def signal_at_micro_batch(monkeypatch, call: int) -> None:
+    """SIGTERM to this process during the ``call``-th micro-batch (1-based) of the run."""
+    import signal
+
+    from tasks.classification import Digits
+
+    original, calls = Digits.train_loss, []
+
+    def counted(self, model, batch):
+        calls.append(1)
+        if len(calls) == call:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return original(self, model, batch)
+
+    monkeypatch.setattr(Digits, "train_loss", counted)
+
+
+def interrupted(tmp_path: Path, monkeypatch, wait_s: float | None):
+    """The LONG_STEPS run stopped by SIGTERM in micro-batch 2 of step 4 (the run's 14th), with
+    ``STEP_WAIT_S`` at ``wait_s`` (None: as it is); the run folder and the :class:`Preempted`."""
+    from conftest import compose
+
+    from src.engine import train
+    from src.engine.loop import preemption
+
+    for key in [k for k in os.environ if k.startswith("SLURM_")]:
+        monkeypatch.delenv(key)
+    if wait_s is not None:
+        monkeypatch.setattr(preemption, "STEP_WAIT_S", wait_s)
+    cfg = compose(LONG_STEPS, tmp_path / "outputs")
+    run = tmp_path / "stopped"
+    with monkeypatch.context() as hooked:
+        signal_at_micro_batch(hooked, 14)
+        with pytest.raises(preemption.Preempted) as stopped:
+            train(cfg, run)
+    return cfg, run, stopped.value
+
+
+def test_a_signal_inside_a_long_step_stops_at_the_next_micro_batch_and_resumes_exactly(tmp_path, monkeypatch):
+    """A signal that arrives inside a step longer than the bound ends the step at the next
+    micro-batch boundary with a checkpoint (before: SIGTERM waited for a step boundary that a huge
+    accumulation never reached). No partial update is applied: last.pt holds step 3's weights with
+    step 4's gradients over its first 2 micro-batches; the rerun completes step 4 from there and
+    ends bit-identical (weights, optimizer, every logged loss) to the run never stopped."""
+    import torch
+
+    from src.engine import train
+    from src.engine.record import checkpoint
+    from src.engine.record.files import read_metrics
+
+    cfg, run, stopped = interrupted(tmp_path, monkeypatch, wait_s=0.0)
+    assert (stopped.step, stopped.within) == (3, (2, 4))
+    assert "at step 3 of 6, 2 of 4 micro-batches into step 4: checkpoint saved" in str(stopped)
+    saved = checkpoint.load(run / "checkpoints" / "last.pt")
+    assert saved["loop"]["step"] == 3 and saved["partial"]["micro"] == 2
+    assert saved["loop"]["position"]["batch"] == 3 * 4 + 2  # the micro-batches served so far
+    step_3 = checkpoint.load(run / "checkpoints" / "previous.pt")  # the boundary before (checkpoint_every=2)
+    assert step_3["loop"]["step"] == 2
+
+    train(cfg, run)  # the same command again
+    whole = tmp_path / "whole"
+    train(cfg, whole)
+    mine, theirs = (checkpoint.load(r / "checkpoints" / "last.pt") for r in (run, whole))
+    assert mine["loop"]["step"] == theirs["loop"]["step"] == 6 and "partial" not in mine
+    for key in theirs["model"]:
+        assert torch.equal(mine["model"][key], theirs["model"][key]), key
+    for a, b in zip(mine["optimizer"]["state"].values(), theirs["optimizer"]["state"].values(), strict=True):
+        assert all(torch.equal(a[k], b[k]) for k in b)
+    rows = [[{k: v for k, v in r.items() if k not in ("throughput", "time")} for r in read_metrics(r)]
+            for r in (run, whole)]  # fmt: skip
+    strip = [[{k: v for k, v in r.items() if "per_s" not in k and k != "wall_s"} for r in rs] for rs in rows]
+    assert strip[0] == strip[1]
+
+
+def test_a_signal_inside_a_short_step_still_ends_that_step(tmp_path, monkeypatch):
+    """The bound: a step far shorter than STEP_WAIT_S is not cut; the signal stops the run at its
+    end, step 4, with no partial state in last.pt."""
+    from src.engine.record import checkpoint
+
+    _, run, stopped = interrupted(tmp_path, monkeypatch, wait_s=None)
+    assert (stopped.step, stopped.within) == (4, None)
+    assert "partial" not in checkpoint.load(run / "checkpoints" / "last.pt")
+
+
+def test_a_step_saved_midway_is_not_resumed_under_another_split(tmp_path, monkeypatch):
+    """Gradients summed over one split of the batch cannot go on under another: one line naming
+    previous.pt, from which the step is redone whole."""
+    import torch
+
+    from src.engine import train
+    from src.engine.record import checkpoint
+    from src.engine.record.checkpoint import CheckpointError
+
+    cfg, run, _ = interrupted(tmp_path, monkeypatch, wait_s=0.0)
+    last = run / "checkpoints" / "last.pt"
+    saved = checkpoint.load(last)
+    saved["partial"]["plan"] = {**saved["partial"]["plan"], "world": 2, "per_process": 8}
+    torch.save(saved, last)
+    with pytest.raises(CheckpointError, match="holds step 4 midway .* move last.pt aside to redo that step"):
+        train(cfg, run)
