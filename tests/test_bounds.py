@@ -440,3 +440,63 @@ def test_a_step_saved_midway_is_not_resumed_under_another_split(tmp_path, monkey
     torch.save(saved, last)
     with pytest.raises(CheckpointError, match="holds step 4 midway .* move last.pt aside to redo that step"):
         train(cfg, run)
+
+
+# -- a failed job of a multirun ends in its line and the sweep's ------------------------------
+
+
+def test_a_refused_job_of_a_multirun_ends_in_its_line_and_the_sweeps(tmp_path):
+    """Two sweeps with an overlapping seed into one sweep folder: the refused one ended in a
+    15-line traceback and no `sweep done` line (every failed job ended a multirun that way). Now:
+    the other jobs run, then one `error:` line for the refused job, the sweep's line counting it
+    failed, exit 2, no traceback; the folder the other sweep holds is left as it was."""
+    sweep = tmp_path / "outputs" / "multirun" / "day"
+    held = sweep / "digits" / "vit_digits" / "precond" / "seed=0,trainer.max_steps=2"
+    args = ["-m", "seed=0,1", "trainer.max_steps=2", "sweep_name=day"]
+    with RunLock(held):  # the other sweep, training seed 0 there
+        done = run_module("src.run", *args, "trainer.progress=none", cwd=tmp_path, timeout=300)
+        assert {p.name for p in held.iterdir()} <= {".lock", "run.log"}  # no record (Hydra's log aside)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert (
+        len(errors) == 1
+        and f"job 0 ({held}): run folder {held} is in use by process {os.getpid()}" in errors[0]
+    )
+    end = done.stdout.strip().splitlines()[-1]
+    assert end.startswith("sweep done: 2 runs (1 completed, 1 failed) in ")
+    assert json.loads((sweep / "digits" / "vit_digits" / "precond" / "seed=1,trainer.max_steps=2" /
+                       "summary.json").read_text())["status"] == "completed"  # fmt: skip
+
+
+def test_a_bug_in_a_job_is_its_line_with_the_traceback_kept_beside(tmp_path, capsys):
+    """A job that fails on an unexpected error: its line names the error and the file that keeps
+    its traceback; the sweep line counts it failed and the multirun exits 2."""
+    from hydra.core.utils import JobReturn, JobStatus
+    from omegaconf import OmegaConf
+
+    from launch.callbacks import SweepEnd
+
+    sweep = tmp_path / "sweep"
+    config = OmegaConf.create({"hydra": {"mode": "RunMode.MULTIRUN", "sweep": {"dir": str(sweep)}}})
+    driver = SweepEnd()
+    driver.on_multirun_start(config)
+    job = OmegaConf.merge(
+        config, {"hydra": {"runtime": {"output_dir": str(tmp_path / "run")}, "job": {"num": 0}}}
+    )
+    try:
+        raise KeyError("boom")
+    except KeyError as error:
+        ret = JobReturn(status=JobStatus.FAILED, _return_value=error)
+    driver.on_job_start(job, task_function=None)
+    driver.on_job_end(job, job_return=ret)
+    assert ret.status == JobStatus.COMPLETED and ret.return_value is None  # the sweeper goes on
+    with pytest.raises(SystemExit) as exited:
+        driver.on_multirun_end(config)
+    assert exited.value.code == 2
+    out = capsys.readouterr()
+    line = one_error_line(out.err)
+    traceback_file = Path(driver.tracking) / "job-0.traceback.txt"
+    assert line == f"error: job 0 ({tmp_path / 'run'}): KeyError: 'boom' (traceback: {traceback_file})"
+    assert "raise KeyError" in traceback_file.read_text()
+    assert out.out.startswith("sweep done: 1 run (1 failed) in ")
