@@ -500,3 +500,40 @@ def test_a_bug_in_a_job_is_its_line_with_the_traceback_kept_beside(tmp_path, cap
     assert line == f"error: job 0 ({tmp_path / 'run'}): KeyError: 'boom' (traceback: {traceback_file})"
     assert "raise KeyError" in traceback_file.read_text()
     assert out.out.startswith("sweep done: 1 run (1 failed) in ")
+
+
+# -- trainer.resume=restart keeps each session's log with its record ------------------------
+
+
+def test_a_restart_moves_the_superseded_runs_log_with_its_record(tmp_path, caplog):
+    """After trainer.resume=restart, superseded/1/ had no run.log and the new record's run.log
+    started with the superseded run's lines. Now superseded/1/run.log holds the first run's lines
+    (its one end line), and the new run.log starts with the new session's own. The log is written
+    as Hydra's job log writes it: a FileHandler on the root logger, open for the whole process."""
+    import logging
+
+    from conftest import compose
+
+    from src.engine import train
+
+    caplog.set_level(logging.INFO)
+    run = tmp_path / "run"
+    run.mkdir()
+    handler = logging.FileHandler(run / "run.log")
+    handler.setFormatter(logging.Formatter("[%(name)s] - %(message)s"))
+    logging.getLogger().addHandler(handler)
+    try:
+        args = ["trainer.max_steps=2", "trainer.monitor_every=0", "trainer.eval_batches=1"]
+        train(compose(args, tmp_path), run)
+        handler.flush()
+        before = (run / "run.log").read_text()
+        assert before.count("] - done: ") == 1
+        train(compose([*args, "trainer.resume=restart"], tmp_path), run)
+        handler.flush()
+    finally:
+        logging.getLogger().removeHandler(handler)
+        handler.close()
+    assert (run / "superseded" / "1" / "run.log").read_text() == before
+    now = (run / "run.log").read_text()
+    assert now.count("] - done: ") == 1 and before not in now
+    assert now.splitlines()[-1].endswith("summary.json")

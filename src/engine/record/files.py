@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import math
 import os
 import shutil
@@ -207,12 +208,16 @@ class RunRecord:
         return True
 
     def supersede(self) -> Path | None:
-        """Move this folder's record to ``superseded/<n>/`` (n = 1, 2, …); returns that folder."""
+        """Move this folder's record to ``superseded/<n>/`` (n = 1, 2, …), its sessions' log
+        (Hydra's ``run.log``) with it; returns that folder. This session's log starts afresh in
+        place: the handlers writing it reopen there (:func:`move_log`)."""
+        entries = sorted(self.dir.iterdir())
+        logs = [p for p in entries if p.is_file() and p.suffix == ".log"]
         moving = [
             p
-            for p in sorted(self.dir.iterdir())
+            for p in entries
             if p.name not in KEPT_IN_PLACE
-            and not (p.is_file() and p.suffix == ".log")
+            and p not in logs
             and not holds_record(p)  # another run's folder (the older, nested layout): not ours
         ]
         if not self.enabled or not moving:
@@ -223,7 +228,41 @@ class RunRecord:
         target.mkdir(parents=True)
         for path in moving:
             os.replace(path, target / path.name)
+        for path in logs:
+            move_log(path, target / path.name)
         return target
+
+
+def move_log(path: Path, target: Path) -> None:
+    """Move the log file ``path`` to ``target``; this process's logging handlers that write
+    ``path`` (Hydra's job log) are flushed first and reopened at ``path`` after, so that what this
+    process logs next starts a new file there instead of following the old one."""
+    where = os.path.realpath(path)
+    handlers = [h for h in file_handlers() if os.path.realpath(h.baseFilename) == where]
+    for handler in handlers:
+        handler.acquire()
+    try:
+        for handler in handlers:
+            handler.flush()
+        os.replace(path, target)
+        for handler in handlers:
+            if handler.stream is not None:  # opened already (not delay=True and still unused)
+                handler.stream.close()
+                handler.stream = handler._open()
+    finally:
+        for handler in handlers:
+            handler.release()
+
+
+def file_handlers() -> list[logging.FileHandler]:
+    """Every :class:`logging.FileHandler` of this process's loggers (the root's and the named ones)."""
+    loggers = [logging.getLogger(), *(v for v in logging.Logger.manager.loggerDict.values())]
+    found = []
+    for logger in loggers:
+        for handler in getattr(logger, "handlers", []):
+            if isinstance(handler, logging.FileHandler) and handler not in found:
+                found.append(handler)
+    return found
 
 
 #: What marks a folder as a run's: any of the record's files.
