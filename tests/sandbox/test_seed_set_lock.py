@@ -163,3 +163,15 @@ def test_epochs_and_probe_cadence_out_of_range_are_one_line(tmp_path, capsys, gi
     assert main([*SMALL, "--seeds", "0", *given, "--out", str(out)]) == 2
     assert said in error_line(capsys)
     assert not out.exists()
+
+
+def test_a_memory_measurement_into_a_held_folder_is_refused(tmp_path, capsys):
+    """src.sandbox.memory --out is an output folder too: a second command into it while the first
+    writes is one line, exit 2, nothing written."""
+    from src.sandbox.memory import main
+
+    out = tmp_path / "memory"
+    with RunLock(out):
+        assert main(["--seeds", "0-1", "--steps", "3", "--out", str(out)]) == 2
+        assert "is in use by process" in error_line(capsys)
+        assert sorted(p.name for p in out.iterdir()) == [".lock"]
