@@ -425,8 +425,9 @@ def test_a_signal_inside_a_short_step_still_ends_that_step(tmp_path, monkeypatch
 
 
 def test_a_step_saved_midway_is_not_resumed_under_another_split(tmp_path, monkeypatch):
-    """Gradients summed over one split of the batch cannot go on under another: one line naming
-    previous.pt, from which the step is redone whole."""
+    """Gradients summed over one split of the batch cannot go on under another, nor can a partial
+    step that is not one (damaged, foreign): one line naming previous.pt, from which the step is
+    redone whole."""
     import torch
 
     from src.engine import train
@@ -439,6 +440,10 @@ def test_a_step_saved_midway_is_not_resumed_under_another_split(tmp_path, monkey
     saved["partial"]["plan"] = {**saved["partial"]["plan"], "world": 2, "per_process": 8}
     torch.save(saved, last)
     with pytest.raises(CheckpointError, match="holds step 4 midway .* move last.pt aside to redo that step"):
+        train(cfg, run)
+    saved["partial"] = {**saved["partial"], "grads": "not gradients"}  # a damaged or foreign file
+    torch.save(saved, last)
+    with pytest.raises(CheckpointError, match="holds step 4 midway in a form this run cannot resume"):
         train(cfg, run)
 
 

@@ -373,17 +373,38 @@ class Trainer:
             "record to superseded/"
         )
 
-    def _checked_partial(self, partial: dict[str, Any] | None, path) -> dict[str, Any] | None:
-        """A step ``path`` holds midway, if its batch was split as this run splits it: gradients
-        summed over one process's micro-batches cannot be shared out among others."""
-        if partial is None or partial.get("plan") == dataclasses.asdict(self.batch):
-            return partial
-        saved = BatchPlan(**partial["plan"]).text()
-        raise checkpoint.CheckpointError(
-            f"checkpoint {path} holds step {self.state.step + 1} midway ({partial['micro']} micro-batches "
-            f"of {saved}); this run splits its batch as {self.batch.text()}: resume it on the processes "
-            f"that saved it, or move {path.name} aside to redo that step from {checkpoint.PREVIOUS}"
+    def _checked_partial(self, partial: Any, path) -> dict[str, Any] | None:
+        """A step ``path`` holds midway, if it fits this run: its batch split as this run splits it
+        (gradients summed over one process's micro-batches cannot be shared out among others), a
+        micro-batch count inside the step, a gradient of each parameter's shape and a loss. Else
+        one :class:`~..record.checkpoint.CheckpointError` naming what to do."""
+        if partial is None:
+            return None
+        step, plan = self.state.step + 1, dataclasses.asdict(self.batch)
+        redo = f"move {path.name} aside to redo that step from {checkpoint.PREVIOUS}"
+        shapes = {n: p.shape for n, p in self.raw_model.named_parameters()}
+        fits = (
+            isinstance(partial, dict)
+            and isinstance(partial.get("micro"), int)
+            and isinstance(partial.get("loss"), torch.Tensor)
+            and partial["loss"].numel() == 1
+            and isinstance(partial.get("grads"), dict)
+            and all(
+                isinstance(g, torch.Tensor) and g.shape == shapes.get(n) for n, g in partial["grads"].items()
+            )
         )
+        if not fits or partial.get("plan") is None:
+            raise checkpoint.CheckpointError(
+                f"checkpoint {path} holds step {step} midway in a form this run cannot resume: {redo}"
+            )
+        if partial["plan"] != plan or not 0 < partial["micro"] < self.batch.accumulate:
+            saved = partial["plan"]
+            raise checkpoint.CheckpointError(
+                f"checkpoint {path} holds step {step} midway ({partial['micro']} micro-batches of {saved}); "
+                f"this run splits its batch as {self.batch.text()}: resume it on the processes that saved "
+                f"it, or {redo}"
+            )
+        return partial
 
     # -- evaluation, monitoring, logging -------------------------------------------------
 
