@@ -42,6 +42,7 @@ import torch
 from torch import nn
 
 from src import attention
+from src.engine.record.files import RecordError, check_writable_file, write_atomic
 
 from .bench_training import runner_overhead, time_to_quality
 
@@ -250,6 +251,11 @@ def main(argv: list[str] | None = None) -> int:
         help="on a CPU, flush denormal floats to zero (see the module docstring)",
     )
     args = p.parse_args(argv)
+    try:
+        check_writable_file(args.out)  # before the benchmark's minutes, not a traceback after them
+    except RecordError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     if args.device == "cpu":
         torch.set_flush_denormal(args.flush_denormal)
     if "standard" not in args.forms:
@@ -265,10 +271,13 @@ def main(argv: list[str] | None = None) -> int:
         results["overhead"] = runner_overhead(args)
     if args.quality:
         results["quality"] = time_to_quality(args)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"machine: {results['machine']}")
     print(table(results))
+    try:
+        write_atomic(args.out, json.dumps(results, indent=2) + "\n")
+    except RecordError as error:  # the disk filled meanwhile: the table above is the result
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     print(f"\nwrote {args.out}", file=sys.stderr)
     return 0
 

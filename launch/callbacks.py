@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 import uuid
 import warnings
 from collections import Counter
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
+from hydra.core.utils import JobStatus
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
@@ -132,6 +134,13 @@ class SweepEnd(Callback):
       (:func:`launch.records.read_run`: a job that left no summary counts as its record says,
       ``incomplete`` or ``failed to start``; what cannot be read counts as ``unreadable``).
 
+    A job that fails (its task function raised: a refusal such as another process's lock on its
+    run folder, or a bug) is noted failed with its one line, and handed back to Hydra as done, so
+    that the sweep's other jobs run and the multirun ends here instead of in Hydra's traceback of
+    the first failure: each failed job's ``error:`` line (a bug's traceback in a file beside its
+    note, named there), the sweep's line, and exit status 2. A job whose note cannot be written
+    is left failed for Hydra to report, as before.
+
     The sweep folder is on a file system all jobs share (Hydra's own assumption)."""
 
     def __init__(self) -> None:
@@ -153,25 +162,38 @@ class SweepEnd(Callback):
         self._note_job(config)
 
     def on_job_end(self, config: DictConfig, job_return: Any = None, **kwargs: Any) -> None:
-        self._note_job(config)
+        error = failure(job_return)
+        if self._note_job(config, error) and error is not None:
+            job_return.status = JobStatus.COMPLETED  # noted failed: the multirun ends with its lines
+            job_return.return_value = None
 
-    def _note_job(self, config: DictConfig) -> None:
-        """``job-<n>.json`` naming this job's run folder, in this multirun's folder (Hydra turns an
-        error here into a one-line warning; the job itself goes on). A single run is no sweep's."""
+    def _note_job(self, config: DictConfig, error: BaseException | None = None) -> bool:
+        """``job-<n>.json`` naming this job's run folder (and, where ``error`` ended it, its line),
+        in this multirun's folder; whether it was written (Hydra turns an error here into a
+        one-line warning; the job itself goes on). A single run is no sweep's."""
         if "MULTIRUN" not in str(OmegaConf.select(config, "hydra.mode")):
-            return
+            return False
         tracking = self.tracking or latest_tracking(Path(str(config.hydra.sweep.dir)))
         if tracking is None:
-            return
+            return False
         num = OmegaConf.select(config, "hydra.job.num")
-        name = f"job-{num}.json" if num is not None else f"job-{uuid.uuid4().hex}.json"
+        name = f"job-{num}" if num is not None else f"job-{uuid.uuid4().hex}"
         run_dir = str(Path(str(config.hydra.runtime.output_dir)).absolute())
-        write_atomic(Path(tracking) / name, json.dumps({"run_dir": run_dir, "job": num}) + "\n")
+        note = {"run_dir": run_dir, "job": num}
+        if error is not None:
+            note["failed"] = failure_line(error, Path(tracking) / f"{name}.traceback.txt")
+        write_atomic(Path(tracking) / f"{name}.json", json.dumps(note) + "\n")
+        return True
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(str(config.hydra.sweep.dir))
         tracking = Path(self.tracking) if self.tracking else None
+        failed = failed_jobs(tracking)
+        for line in failed:
+            print(line, file=sys.stderr, flush=True)
         print(sweep_end_line(sweep_dir, tracking, self.untracked), flush=True)
+        if failed:
+            raise SystemExit(2)  # past Hydra's callback guard, which turns exceptions into warnings
 
 
 SWEEPS = ".sweeps"
@@ -204,14 +226,64 @@ def sweep_end_line(sweep_dir: Path, tracking: Path | None, untracked: str | None
     return f"sweep done: {runs} run{'s' if runs != 1 else ''}" + (f" ({counted})" if counted else "") + advice
 
 
+def failure(job_return: Any) -> BaseException | None:
+    """The exception a job of a multirun ended with (Hydra's ``JobReturn`` of status FAILED), or None."""
+    if job_return is None or getattr(job_return, "status", None) != JobStatus.FAILED:
+        return None
+    error = getattr(job_return, "_return_value", None)
+    return error if isinstance(error, BaseException) else None
+
+
+def failure_line(error: BaseException, traceback_file: Path) -> str:
+    """A failed job's one line: a refusal's own message (:class:`SuiteError`, however wrapped), or a
+    bug's type and first line, its whole traceback written to ``traceback_file`` and named."""
+    from src.errors import message_of
+    from src.run import user_error
+
+    cause = user_error(error)
+    if cause is not None:
+        text = message_of(cause).strip()
+        return text.splitlines()[0] if text else type(cause).__name__
+    text = str(error).strip()
+    first = f"{type(error).__name__}: {text.splitlines()[0]}" if text else type(error).__name__
+    try:
+        write_atomic(traceback_file, "".join(traceback.format_exception(error)))
+    except Exception:  # noqa: BLE001  the line goes on without it
+        return first
+    return f"{first} (traceback: {traceback_file})"
+
+
+def failed_jobs(tracking: Path | None) -> list[str]:
+    """The ``error:`` line of each job of this multirun its note says failed, in job order."""
+    if tracking is None:
+        return []
+    lines = []
+    try:
+        notes = sorted(tracking.glob("job-*.json"), key=lambda p: (len(p.name), p.name))
+    except OSError:
+        return []
+    for note in notes:
+        try:
+            job = json.loads(note.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(job, dict) and job.get("failed"):
+            lines.append(f"error: job {job.get('job')} ({job.get('run_dir')}): {job['failed']}")
+    return lines
+
+
 def job_status(job: Path) -> str:
-    """How the job that ``job`` (a ``job-<n>.json``) names ended, as its run folder's record says:
-    ``failed to start`` where it holds no config (nothing was recorded), ``unreadable`` where the
-    note or the record cannot be read."""
+    """How the job that ``job`` (a ``job-<n>.json``) names ended: ``failed`` where the note says
+    so (the job raised; its run folder may hold another process's record), else as its run
+    folder's record says: ``failed to start`` where it holds no config (nothing was recorded),
+    ``unreadable`` where the note or the record cannot be read."""
     from launch.records import read_run  # the records' reader, only when a multirun ends
 
     try:
-        run_dir = Path(json.loads(job.read_text())["run_dir"])
+        note = json.loads(job.read_text())
+        if note.get("failed"):
+            return "failed"
+        run_dir = Path(note["run_dir"])
         if not (run_dir / "config.yaml").exists() and not (run_dir / ".hydra" / "config.yaml").exists():
             return "failed to start"
         with warnings.catch_warnings():

@@ -37,6 +37,24 @@ def task_metric(task: str) -> str:
     return main_metric(OmegaConf.load(path).task)[0]
 
 
+#: What W&B's filter expressions cannot hold in a value: wandb_workspaces writes a value between
+#: single quotes, unescaped, and parses the expression as Python (``sweep_name == 'a'b'`` is a
+#: SyntaxError; a backslash would start an escape and filter on another name).
+UNFILTERABLE = ("'", "\\")
+
+
+def check_sweep_name(sweep: str | None) -> None:
+    """``--sweep`` names a sweep a W&B filter can select: no quote, backslash or control character."""
+    if sweep is None:
+        return
+    if sweep == "" or any(c in sweep for c in UNFILTERABLE) or not sweep.isprintable():
+        raise ConfigError(
+            f"--sweep {sweep!r}: W&B's run filters cannot select a sweep name that is empty or holds a "
+            "quote, a backslash or a control character (the workspace library pastes it into an "
+            "expression); name the sweep without them (sweep_name=…) and give that name"
+        )
+
+
 def write_spec(path: Path, text: str) -> None:
     """``text`` into ``path`` (its folder made if need be), whole or not at all; a
     :class:`RecordError` (``cannot write <path> (<reason>; N MB free on its disk)``) if not."""
@@ -60,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         metric = task_metric(args.task)
+        check_sweep_name(args.sweep)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -65,6 +65,7 @@ from launch import gpu_check_kernels as kernels
 from launch import gpu_check_loop as loop
 from launch import gpu_check_steps as steps
 from src import attention
+from src.engine.record.files import RecordError, check_writable_file, write_atomic
 
 
 @dataclass(frozen=True)
@@ -387,16 +388,20 @@ def main(argv: list[str] | None = None) -> int:
         only = args.only.split(",") if args.only else None
         if only and not set(only) <= set(SECTIONS):
             raise ValueError(f"--only {args.only}: sections are {', '.join(SECTIONS)}")
-    except ValueError as error:
-        print(f"error: {error}")
+        check_writable_file(out)  # before the check's minutes, not a traceback after them
+    except (ValueError, RecordError) as error:
+        print(f"error: {error}", file=sys.stderr)
         return 2
     print(f"thresholds{' (--dry: a CPU at tiny shapes)' if args.dry else ''}:\n{thresholds_table(limits)}\n")
     os.environ.setdefault("TORCHDYNAMO_VERBOSE", "0")
     with contextlib.redirect_stdout(sys.stderr):  # timm/dynamo chatter off the result table
         result = run(args.dry, device, limits, only)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1))
     print(report(result))
+    try:
+        write_atomic(out, json.dumps(result, indent=1))
+    except RecordError as error:  # the disk filled during the check: the table above is its result
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     failed = result["failed"]
     print(f"\nwrote {out} in {result['wall_s']:.0f} s: {len(result['checks'])} checks, "
           + (f"FAILED: {', '.join(failed)}" if failed else "all passed"))  # fmt: skip

@@ -313,6 +313,36 @@ def compose(overrides: list[str]) -> Any:
     return config_loader().load_configuration("config", overrides=overrides, run_mode=RunMode.RUN)
 
 
+def check_job(cfg: Any, overrides: list[str]) -> None:
+    """Refuse a job ``python -m src.run`` would refuse before any work, by the same checks: its
+    values' ranges and choices, its task and backbone, and (where the training set's size is known,
+    :data:`TRAIN_SIZES`) a global batch of more epochs than a step may span. A plan or a W&B sweep
+    of such a job would count hours, or hand agents runs, that never train."""
+    from src.engine.compatible import check_compatible
+    from src.engine.loop.batching import check_global_batch, plan_batch
+    from src.engine.schema import check_values
+
+    for check in (check_values, check_compatible):
+        try:
+            check(cfg)
+        except ConfigError as error:
+            raise ConfigError(in_job(error, overrides)) from None
+        except Exception:  # noqa: BLE001  an interpolation only a run resolves: the run checks again
+            pass
+    size = TRAIN_SIZES.get(str(cfg.task.name))
+    if size is not None and cfg.task.get("input") != "detection":
+        batch = plan_batch(int(cfg.task.batch_size), int(cfg.trainer.accumulate), 1)
+        try:
+            check_global_batch(batch, size[0])
+        except ConfigError as error:
+            raise ConfigError(in_job(error, overrides)) from None
+
+
+def in_job(error: ConfigError, overrides: list[str]) -> str:
+    """``error``'s line, naming the job of a grid it belongs to where that is more than one key."""
+    return f"{error} (the job {' '.join(overrides)})" if len(overrides) > 1 else str(error)
+
+
 def as_text(node: Any) -> str:
     """``node`` as YAML, resolved where it can be."""
     from omegaconf import OmegaConf
@@ -340,6 +370,7 @@ def plan(
     rows, costs = [], {} if costs is None else costs
     for overrides, seeds in jobs(arguments):
         cfg = compose(overrides)
+        check_job(cfg, overrides)  # what src.run refuses (trainer.max_steps=-5) has no hours
         key = (str(cfg.task.name), str(cfg.backbone.name), str(cfg.attn.variant), global_batch(cfg))
         same = (key[0], as_text(cfg.task), as_text(cfg.backbone), as_text(cfg.attn))  # a seed changes nothing
         if same not in costs:

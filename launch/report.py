@@ -45,6 +45,7 @@ from typing import Any
 
 from src.engine.record.bounded import limit_of, open_file
 from src.engine.record.files import RecordError, write_failure
+from src.engine.record.lock import OutputLock, RunFolderBusy
 from src.errors import SuiteError
 
 from .glue_table import glue_section
@@ -335,6 +336,11 @@ def write_files(out: Path, files: dict[str, bytes]) -> list[Path]:
     except OSError as error:
         raise RecordError(write_failure(out, error)) from error
     written: list[tuple[Path, Path]] = []
+    lock = OutputLock(out, "python -m launch.report")  # two reports into one --out: the second is
+    try:  # refused, never a folder of both reports' files (or a file torn between them)
+        lock.acquire()
+    except RunFolderBusy as busy:
+        raise RecordError(str(busy)) from None
     try:
         for name, content in files.items():
             path = out / name
@@ -351,6 +357,7 @@ def write_files(out: Path, files: dict[str, bytes]) -> list[Path]:
     finally:
         for tmp, _ in written:
             tmp.unlink(missing_ok=True)
+        lock.release()
     return [path for _, path in written]
 
 

@@ -12,18 +12,23 @@ parameter is one W&B parameter (``values``, or ``value`` for a fixed one), ``met
 the command calls ``python -m src.run ${args_no_hyphens}`` (``key=value`` items, Hydra's syntax)
 with ``logger=wandb``; the metric is the task's main one. W&B's agent starts each run; the run's
 W&B id is the agent's (:func:`src.engine.record.tracking.new_run_id`), so the sweep holds it.
-Bad input is one ``error: …`` line and exit status 2.
+Every run of the grid is checked as ``python -m src.run`` checks it before any work, so a spec is
+never written whose runs the agents would all refuse. Bad input is one ``error: …`` line and
+exit status 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
+from pathlib import Path
 from typing import Any
 
 import yaml
 
 from src.cli import check_selections, config_loader
+from src.engine.record.files import RecordError, write_atomic
 from src.errors import ConfigError
 
 
@@ -55,12 +60,34 @@ def grid(arguments: list[str]) -> tuple[dict[str, list[str]], Any]:
     return values, cfg
 
 
+def check_runs(values: dict[str, list[str]]) -> None:
+    """Every run of the grid passes what ``python -m src.run`` checks before any work
+    (:func:`launch.plan.check_job`; each seed's range apart, since a seed changes nothing else),
+    so that no spec is written whose runs every agent would refuse (``task.batch_size=0``)."""
+    from launch.plan import check_job, compose
+    from src.engine.schema import RANGES
+
+    seeds = values.get("seed", [])
+    for seed in seeds:
+        try:
+            admitted = RANGES["seed"].admits(int(seed))
+        except ValueError:
+            admitted = False
+        if not admitted:
+            raise ConfigError(f"seed={seed} must be {RANGES['seed']}")
+    keys = [k for k in values if k != "seed"]
+    for combo in itertools.product(*(values[k] for k in keys)):
+        overrides = [f"{k}={v}" for k, v in zip(keys, combo, strict=True)]
+        check_job(compose(overrides), overrides)
+
+
 def sweep_config(arguments: list[str]) -> dict[str, Any]:
     """The W&B Sweeps config (a dict, written as YAML) whose grid is the Hydra sweep of ``arguments``."""
     from src.engine.record.tracking import main_metric
 
     check_selections(arguments)
     values, cfg = grid(arguments)
+    check_runs(values)
     metric, mode = main_metric(cfg.task)
     parameters = {k: {"values": v} if len(v) > 1 else {"value": v[0]} for k, v in values.items()}
     parameters.setdefault("logger", {"value": "wandb"})
@@ -83,11 +110,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         text = yaml.safe_dump(sweep_config(args.overrides), sort_keys=False)
         if args.out:
-            with open(args.out, "w") as f:
-                f.write(text)
+            write_atomic(Path(args.out), text)  # whole or not at all: an earlier spec stays if not
         else:
             sys.stdout.write(text)
-    except (ConfigError, OSError) as error:
+    except (ConfigError, RecordError, OSError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     except Exception as error:  # noqa: BLE001  Hydra's grammar and composition errors

@@ -17,16 +17,28 @@ Decoding: each new token is drawn from the softmax of the last position's logits
 ends after ``max_new_tokens`` tokens, or earlier at the tokenizer's end-of-text token where it has
 one (GPT-2's and the trained BPE's ``<|endoftext|>``; the byte tokenizer has none), which is not
 printed. The start defaults to the end-of-text token, or a newline for bytes. ``--seed`` fixes the
-draws: the same command prints the same text (on the same device). Samples go to stdout, separated
-by a line of dashes; notes to stderr.
+draws: the same command prints the same text (on the same device). The softmax is taken in
+float64 after subtracting the largest logit, so that any finite temperature above 0, however
+small (``1e-300``), draws from the limit it tends to (the argmax) instead of dividing by zero.
+
+Samples go to stdout as they are drawn (each token's text flushed as soon as it decodes to whole
+characters), separated by a line of dashes; notes to stderr. ``--max-new-tokens`` and
+``--num-samples`` have ceilings (:data:`MAX_NEW_TOKENS`, :data:`MAX_SAMPLES`); SIGTERM, SIGUSR1,
+SIGUSR2 or SIGINT stop the sampling at the next token, after what was drawn is printed, with one
+line on stderr and exit status 128+signal. Bad input (a value out of range, a NaN temperature, a
+``--start`` that is not UTF-8) is one ``error:`` line and exit status 2, before the model is read.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import signal
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 import torch
 from hydra.utils import get_class, instantiate
@@ -37,6 +49,17 @@ from src.engine.loop.model import build_model
 from src.errors import ConfigError, message_of
 
 SEPARATOR = "-" * 40
+#: [reading] The most new tokens one sample may ask for: a book's worth of characters (about 400 KB
+#: at GPT-2's 4 bytes a token), minutes of a small model on a CPU; more is a typo
+#: (``--max-new-tokens 99999999999999999999`` ran for ever). nanoGPT's own default is 500.
+MAX_NEW_TOKENS = 100_000
+#: [reading] The most samples one command draws (each streamed; a loop of commands draws more).
+MAX_SAMPLES = 1_000
+#: The signals that stop sampling, after what was drawn is printed: SLURM's and the shell's.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGINT)
+#: Tokens held back at most while their text ends in a partial character (a UTF-8 sequence split
+#: between byte tokens): after that many, the text is printed as it decodes (with U+FFFD).
+HOLD_AT_MOST = 8
 
 
 class Parser(argparse.ArgumentParser):
@@ -60,11 +83,29 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=1337)
     parser.add_argument("--checkpoint", choices=evaluation.CHECKPOINTS, default="best")
     args = parser.parse_intermixed_args(argv)
-    for name in ("num_samples", "max_new_tokens"):
-        if getattr(args, name) < 1:
-            raise ConfigError(f"--{name.replace('_', '-')}={getattr(args, name)} must be at least 1")
-    if args.temperature < 0 or args.top_k < 0:
-        raise ConfigError("--temperature and --top-k must not be negative")
+    for name, ceiling in (("num_samples", MAX_SAMPLES), ("max_new_tokens", MAX_NEW_TOKENS)):
+        value = getattr(args, name)
+        if value < 1:
+            raise ConfigError(f"--{name.replace('_', '-')}={value} must be at least 1")
+        if value > ceiling:
+            raise ConfigError(
+                f"--{name.replace('_', '-')}={value} is more than the {ceiling:,} one command draws: "
+                "ask for fewer (and run the command again for more)"
+            )
+    if not math.isfinite(args.temperature) or args.temperature < 0:
+        raise ConfigError(f"--temperature {args.temperature}: give a finite number, at least 0 (0: greedy)")
+    if args.top_k < 0:
+        raise ConfigError(f"--top-k {args.top_k} must not be negative (0: all)")
+    if not 0 <= args.seed < 2**64:
+        raise ConfigError(f"--seed {args.seed}: give an integer from 0 to 2**64 - 1")
+    for what, text in (("--start", args.start or ""), *(("key=value", item) for item in args.items)):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # bytes that are not UTF-8 arrive as lone surrogates
+            raise ConfigError(
+                f"{what} holds bytes that are not UTF-8 text ({text.encode('utf-8', 'backslashreplace')!r}): "
+                "give UTF-8 text, or FILE:path to a UTF-8 file"
+            ) from None
     for item in args.items:
         if "=" not in item or item.startswith("="):
             raise ConfigError(f"{item!r} is not key=value (e.g. trainer.device=cpu)")
@@ -148,9 +189,10 @@ def generate(
     top_k: int | None = None,
     generator: torch.Generator | None = None,
     eot: int | None = None,
+    on_token: Callable[[int], None] | None = None,
 ) -> list[int]:
     """Up to ``max_new_tokens`` new token ids after ``ids`` (1, N), drawn as the module docstring
-    says; ends early, without it, at ``eot``."""
+    says; ends early, without it, at ``eot``. ``on_token(id)`` is called with each as it is drawn."""
     block = getattr(model, "block_size", None)
     new: list[int] = []
     for _ in range(max_new_tokens):
@@ -159,42 +201,131 @@ def generate(
         if temperature == 0 or top_k == 1:
             token = logits.argmax(-1, keepdim=True)  # (1, 1)
         else:
-            logits = logits / temperature
             if top_k:
                 kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[:, [-1]]
                 logits = logits.masked_fill(logits < kth, float("-inf"))
-            token = torch.multinomial(torch.softmax(logits, -1), 1, generator=generator)
+            token = torch.multinomial(tempered(logits, temperature), 1, generator=generator)
         if eot is not None and int(token) == eot:
             break
         new.append(int(token))
+        if on_token is not None:
+            on_token(new[-1])
         ids = torch.cat([ids, token], dim=1)
     return new
 
 
-def samples(loaded: Loaded, args: argparse.Namespace) -> list[str]:
-    """``args.num_samples`` texts, each the prompt and what follows it."""
+def tempered(logits: Tensor, temperature: float) -> Tensor:
+    """``softmax(logits / temperature)`` (1, V), in float64 after subtracting the largest logit:
+    every finite temperature above 0 gives probabilities (a tiny one the argmax's, ties shared),
+    never the NaN that ``logits / 1e-300`` (infinite in float32) would."""
+    shifted = logits.double() - logits.max(-1, keepdim=True).values.double()  # (1, V), ≤ 0
+    return torch.softmax(shifted / temperature, -1)
+
+
+class Printer:
+    """One sample's text on ``out`` as its tokens come: each token's text printed and flushed as
+    soon as the tokens since the last print decode to whole characters (a byte tokenizer splits
+    a character over several tokens; :data:`HOLD_AT_MOST` of them at most are held back)."""
+
+    def __init__(self, tokenizer, out: TextIO) -> None:
+        self.tokenizer, self.out = tokenizer, out
+        self.held: list[int] = []  # tokens whose text is not out yet
+
+    def add(self, token: int) -> None:
+        self.held.append(token)
+        text = self.tokenizer.decode(self.held)
+        if text.endswith("\ufffd") and len(self.held) < HOLD_AT_MOST:
+            return  # a character split between tokens: wait for the rest
+        self._write(text)
+
+    def flush(self) -> None:
+        """Print what is held, whole or not (the sample ended, or a signal stopped it)."""
+        if self.held:
+            self._write(self.tokenizer.decode(self.held))
+
+    def _write(self, text: str) -> None:
+        self.out.write(text)
+        self.out.flush()
+        self.held = []
+
+
+class Stopped(Exception):
+    """A signal of :data:`STOP_SIGNALS` arrived while sampling."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def raise_stopped(signum: int, frame) -> None:
+    raise Stopped(signum)
+
+
+@dataclass
+class Tally:
+    """How far :func:`write_samples` got: samples finished, new tokens drawn in all."""
+
+    samples: int = 0
+    tokens: int = 0
+
+
+def start_ids(loaded: Loaded, args: argparse.Namespace) -> list[int]:
+    """The prompt's token ids (:func:`prompt_ids`); a :class:`ConfigError` where there are none."""
     start = prompt_ids(loaded.tokenizer, args.start)
     if not start:
         raise ConfigError("--start encodes to no tokens; give some text")
+    return start
+
+
+def write_samples(
+    loaded: Loaded,
+    args: argparse.Namespace,
+    start: list[int],
+    out: TextIO | None = None,
+    tally: Tally | None = None,
+) -> Tally:
+    """``args.num_samples`` texts on ``out``, each the prompt ``start`` and what follows it,
+    streamed (:class:`Printer`) and followed by a line of dashes (``out``: stdout where None);
+    ``tally`` counts them as they go. A :class:`Stopped` (a signal) passes once what was drawn is
+    printed and its line ended."""
+    out, tally = out or sys.stdout, tally or Tally()
     generator = torch.Generator(loaded.device).manual_seed(args.seed)
     ids = torch.tensor([start], dtype=torch.long, device=loaded.device)  # (1, N)
     eot = getattr(loaded.tokenizer, "eot", None)
-    texts = []
     for _ in range(args.num_samples):
-        new = generate(loaded.model, ids, args.max_new_tokens, args.temperature, args.top_k, generator, eot)
-        shown = [t for t in start if t != eot]  # the default prompt (the end token) is not text
-        texts.append(loaded.tokenizer.decode(shown + new))
-    return texts
+        printer = Printer(loaded.tokenizer, out)
+
+        def drawn(token: int, printer: Printer = printer) -> None:
+            tally.tokens += 1
+            printer.add(token)
+
+        for token in (t for t in start if t != eot):  # the default prompt (the end token) is not text
+            printer.add(token)
+        try:
+            generate(
+                loaded.model, ids, args.max_new_tokens, args.temperature, args.top_k, generator, eot, drawn
+            )
+        except Stopped:
+            printer.flush()
+            out.write("\n")
+            out.flush()
+            raise
+        printer.flush()
+        out.write(f"\n{SEPARATOR}\n")
+        out.flush()
+        tally.samples += 1
+    return tally
 
 
 def main(argv: list[str] | None = None) -> None:
-    """The command: the samples, or one line with the error and exit status 2."""
+    """The command: the samples, streamed; one line with the error and exit status 2; or, on a
+    signal, what was drawn, one line and exit status 128+signal."""
     from src.run import user_error
 
     try:
         args = parse(argv)
         loaded = load(args.run_dir, args.checkpoint, args.items)
-        texts = samples(loaded, args)
+        start = start_ids(loaded, args)
     except Exception as error:
         cause = user_error(error)
         if cause is None:
@@ -202,9 +333,27 @@ def main(argv: list[str] | None = None) -> None:
         print(f"error: {message_of(cause)}", file=sys.stderr)
         sys.exit(2)
     print(f"note: {loaded.which}.pt, step {loaded.step}, on {loaded.device}", file=sys.stderr, flush=True)
-    for text in texts:
-        print(text)
-        print(SEPARATOR)
+    tally = Tally()
+    previous = {signum: signal.signal(signum, raise_stopped) for signum in STOP_SIGNALS}
+    try:
+        write_samples(loaded, args, start, tally=tally)
+    except Stopped as stop:
+        print(
+            f"stopped by {stop} after {tally.samples} of {args.num_samples} samples and {tally.tokens} new "
+            "tokens in all: what was drawn is printed above",
+            file=sys.stderr,
+            flush=True,
+        )
+        sys.exit(128 + stop.signum)
+    except Exception as error:
+        cause = user_error(error)
+        if cause is None:
+            raise
+        print(f"error: {message_of(cause)}", file=sys.stderr)
+        sys.exit(2)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from src.engine.record.lock import OutputLock, RunFolderBusy
 from src.errors import ConfigError
 
 from .curves import Curves, draw_success, seed_table
@@ -66,23 +67,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("out", type=Path, help="the joined set's folder (must not hold a set yet)")
     parser.add_argument("parts", nargs="+", type=Path, help="folders with a curves.json (src.sandbox.seeds)")
     args = parser.parse_args(argv)
-    missing = [str(p / "curves.json") for p in args.parts if not (p / "curves.json").exists()]
-    try:
-        if missing:
-            raise ConfigError(
-                f"no curves.json in {', '.join(missing)}: write them with python -m src.sandbox.seeds"
-            )
-        if (args.out / "curves.json").exists():
-            raise ConfigError(f"{args.out} already holds a set: give a new folder")
-        curves = join([Curves.load(p / "curves.json") for p in args.parts])
-    except ConfigError as error:  # a part missing, torn, of another shape or recipe (Curves.load, join)
+    try:  # two joins (or a seed set) into one OUT at once: the second is refused, nothing torn
+        with OutputLock(args.out, "python -m src.sandbox.join", option="OUT"):
+            return write_joined(args.out, args.parts)
+    except (ConfigError, RunFolderBusy) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    args.out.mkdir(parents=True, exist_ok=True)
-    curves.save(args.out / "curves.json")
-    (args.out / "seeds.json").write_text(json.dumps(seed_table(curves), indent=1))
-    draw_success({" ".join(curves.overrides) or "default": curves}, args.out / "success.png")
-    print(f"{len(curves.seeds)} seeds from {len(args.parts)} sets: {args.out}")
+    except OSError as error:  # an OUT that cannot be made or written
+        print(f"error: {args.out}: cannot write there ({error.strerror or error})", file=sys.stderr)
+        return 2
+
+
+def write_joined(out: Path, parts: list[Path]) -> int:
+    """The command's work, under ``out``'s lock: the parts read and joined, then written."""
+    missing = [str(p / "curves.json") for p in parts if not (p / "curves.json").is_file()]
+    if missing:
+        raise ConfigError(
+            f"no curves.json in {', '.join(missing)}: write them with python -m src.sandbox.seeds"
+        )
+    if (out / "curves.json").exists():
+        raise ConfigError(f"{out} already holds a set: give a new folder")
+    curves = join([Curves.load(p / "curves.json") for p in parts])
+    out.mkdir(parents=True, exist_ok=True)
+    curves.save(out / "curves.json")
+    (out / "seeds.json").write_text(json.dumps(seed_table(curves), indent=1))
+    draw_success({" ".join(curves.overrides) or "default": curves}, out / "success.png")
+    print(f"{len(curves.seeds)} seeds from {len(parts)} sets: {out}")
     return 0
 
 

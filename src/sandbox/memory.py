@@ -33,8 +33,10 @@ softmax's Hessian is at most ``1/2`` on two classes), so at η < 4 no step can b
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
+import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -43,6 +45,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from src.engine.record.lock import OutputLock, RunFolderBusy
 from src.errors import ConfigError
 
 
@@ -259,13 +262,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         lrs = [float(v) for v in args.lrs.split(",")]
         if args.steps < 1 or args.tokens < 2 or any(lr <= 0 for lr in lrs):
             raise ConfigError("--steps ≥ 1, --tokens ≥ 2 and positive --lrs")
-        if args.out and (args.out / "memory.json").exists():
-            raise ConfigError(
-                f"{args.out / 'memory.json'} exists: give another --out (nothing is overwritten)"
-            )
-    except (ConfigError, ValueError) as error:
-        print(f"error: {error}")
+        # two commands into one --out: the second is refused (the folder's lock, held to the end)
+        with OutputLock(args.out, "python -m src.sandbox.memory") if args.out else contextlib.nullcontext():
+            if args.out and (args.out / "memory.json").exists():
+                raise ConfigError(
+                    f"{args.out / 'memory.json'} exists: give another --out (nothing is overwritten)"
+                )
+            return measure(args, seeds, lrs)
+    except (ConfigError, ValueError, RunFolderBusy) as error:
+        print(f"error: {error}", file=sys.stderr)
         return 2
+
+
+def measure(args: argparse.Namespace, seeds: list[int], lrs: list[float]) -> int:
+    """The command's work: every seed at every learning rate, the table, and ``--out``'s files."""
     torch.set_num_threads(1)
     trajectories = run(seeds, lrs, args.steps, args.tokens)
     found = [spike_statistic([t for t in trajectories if t.lr == lr]) for lr in lrs]

@@ -37,7 +37,10 @@ uninterrupted one).
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -47,12 +50,14 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 
-from src.errors import ConfigError
+from src.engine.record.lock import OutputLock
+from src.errors import ConfigError, SuiteError, message_of
 
 from .clustering import probe_seeds
 from .curves import STAGE_EVERY, SUCCESS, Curves, draw_success, seed_table, success_by_epoch
 from .stacked import (
     WEIGHTS,
+    DamagedProgress,
     Stacked,
     load_progress,
     load_weights,
@@ -119,7 +124,13 @@ def train_seeds(
     accs, losses = [], []
     started, first, spent = time.monotonic(), 0, 0.0
     if progress is not None and progress.is_file():
-        first, accs, losses, spent = resume(progress, overrides, holder, optimizer, st, curves)
+        try:
+            first, accs, losses, spent = resume(progress, overrides, holder, optimizer, st, curves)
+        except DamagedProgress as damaged:  # set aside (never resumed, never deleted); start afresh
+            set_aside_progress(progress, str(damaged))
+            return train_seeds(
+                cfg, seeds, epochs, data_dir, overrides, on_epoch, init, probe_every, progress, progress_every
+            )
         if scheduler is not None:
             scheduler.step_update(first * steps_per_epoch)
     for epoch in range(first, epochs):
@@ -218,12 +229,31 @@ def resume(
     """The set's saved progress put back (weights, Adam's moments, buffers, probes); the epoch it
     reached, the accuracies and losses so far, and the seconds spent."""
     kept = load_progress(path, curves.seeds, curves.epochs, list(overrides))
-    holder.load_state_dict(kept["holder"])
-    optimizer.load_state_dict(kept["optimizer"])
-    for name, value in kept["buffers"].items():
-        st.buffers[name].copy_(value)
-    curves.clustering, curves.focus = kept["clustering"], kept["focus"]
-    return kept["epoch"], kept["accs"], kept["losses"], kept["seconds"]
+    try:
+        holder.load_state_dict(kept["holder"])
+        optimizer.load_state_dict(kept["optimizer"])
+        for name, value in kept["buffers"].items():
+            st.buffers[name].copy_(value)
+        curves.clustering, curves.focus = kept["clustering"], kept["focus"]
+        return int(kept["epoch"]), kept["accs"], kept["losses"], float(kept["seconds"])
+    except (KeyError, TypeError, ValueError, RuntimeError, AttributeError) as error:
+        # a progress of this set's name that does not fit it: the caller starts afresh, so nothing
+        # half-loaded here stays
+        first = (str(error).splitlines() or [""])[0][:200]
+        raise DamagedProgress(f"{type(error).__name__}: {first}") from error
+
+
+def set_aside_progress(path: Path, reason: str) -> Path:
+    """Move an unreadable progress file to ``progress.pt.corrupt`` (``.corrupt.<n>`` when taken),
+    saying so in one line: the rerun that met it starts the set afresh instead of failing on it
+    every time, and the file stays for whoever wants to look at it."""
+    from src.engine.record.checkpoint import set_aside_path
+
+    aside = set_aside_path(path)
+    os.replace(path, aside)
+    print(f"note: unreadable progress {path} ({reason}), moved to {aside.name}; the set starts afresh",
+          file=sys.stderr, flush=True)  # fmt: skip
+    return aside
 
 
 def stacked_optimizer(
@@ -269,7 +299,8 @@ def cells(overrides: Sequence[str]) -> list[tuple[list[str], str]]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m src.sandbox.seeds [overrides…] --seeds 0-31 [--epochs N] --out DIR``."""
+    """``python -m src.sandbox.seeds [overrides…] --seeds 0-31 [--epochs N] --out DIR``: bad input
+    is one ``error:`` line on stderr and exit status 2, before anything is written."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m src.sandbox.seeds", description=__doc__.split("\n\n")[0])
@@ -300,19 +331,50 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     try:
+        check_arguments(args.epochs, args.probe_every)
         seeds = parse_seeds(args.seeds)
-        init = None if args.init_from is None else load_weights(args.init_from, seeds)
-        todo = planned(cells(args.overrides), seeds, args.epochs, args.out)
-    except ConfigError as error:
-        print(f"error: {error}")
+        with OutputLock(args.out, COMMAND):  # a second command into this --out is refused: see train_cells
+            init = None if args.init_from is None else load_weights(args.init_from, seeds)
+            todo = planned(cells(args.overrides), seeds, args.epochs, args.out)
+            train_cells(todo, seeds, args.out, init, args.init_from, args.probe_every)
+    except SuiteError as error:  # weights of another architecture are found once the model is built
+        print(f"error: {message_of(error)}", file=sys.stderr)
         return 2
-    for overrides, cfg, epochs, out in todo:
-        try:
-            train_one(overrides, cfg, seeds, epochs, out, init, args.init_from, args.probe_every)
-        except ConfigError as error:  # weights of another architecture: found once the model is built
-            print(f"error: {error}")
-            return 2
+    except OSError as error:  # an --out that cannot be made
+        print(f"error: --out {args.out}: cannot write there ({error.strerror or error})", file=sys.stderr)
+        return 2
     return 0
+
+
+COMMAND = "python -m src.sandbox.seeds"
+
+
+def check_arguments(epochs: int | None, probe_every: int) -> None:
+    """``--epochs`` at least 1 where given (0 would fall back to the recipe's budget unsaid) and
+    ``--probe-every`` at least 0 (0: no probes)."""
+    if epochs is not None and epochs < 1:
+        raise ConfigError(f"--epochs {epochs}: give at least 1 (leave it out for trainer.max_epochs)")
+    if probe_every < 0:
+        raise ConfigError(f"--probe-every {probe_every}: give at least 0 (0: no probes)")
+
+
+def train_cells(
+    todo: list[tuple[list[str], DictConfig, int, Path]],
+    seeds: list[int],
+    root: Path,
+    init: tuple[dict[str, Tensor], list[float] | None] | None,
+    init_from: Path | None,
+    probe_every: int,
+) -> None:
+    """Train each planned cell, under its own folder's lock too where it is not ``root`` (another
+    command may have been given that cell as its ``--out``); a cell trained meanwhile is kept."""
+    for overrides, cfg, epochs, out in todo:
+        with contextlib.ExitStack() as held:
+            if out != root:
+                held.enter_context(OutputLock(out, COMMAND))
+                if trained_already(out, seeds, epochs, alone=False):  # by that other command, meanwhile
+                    continue
+            train_one(overrides, cfg, seeds, epochs, out, init, init_from, probe_every)
 
 
 def planned(
@@ -337,17 +399,24 @@ def planned(
         if not budget:
             raise ConfigError("no epochs: give --epochs or trainer.max_epochs")
         out = root / name if name else root
-        if (out / "curves.json").exists():
-            kept = Curves.load(out / "curves.json")
-            if len(grid) == 1 or kept.seeds != seeds or kept.epochs != budget:
-                raise ConfigError(
-                    f"{out / 'curves.json'} exists ({len(kept.seeds)} seeds × {kept.epochs} epochs): "
-                    "give another --out (nothing is overwritten)"
-                )
-            print(f"{out}: trained already, kept")
-            continue
-        todo.append((overrides, cfg, budget, out))
+        if not trained_already(out, seeds, budget, alone=len(grid) == 1):
+            todo.append((overrides, cfg, budget, out))
     return todo
+
+
+def trained_already(out: Path, seeds: list[int], epochs: int, alone: bool) -> bool:
+    """Whether ``out`` holds this cell's set already (said so: it is kept); a set there of other
+    seeds or epochs, or any set where the command trains one set alone, is refused."""
+    if not (out / "curves.json").exists():
+        return False
+    kept = Curves.load(out / "curves.json")
+    if alone or kept.seeds != seeds or kept.epochs != epochs:
+        raise ConfigError(
+            f"{out / 'curves.json'} exists ({len(kept.seeds)} seeds × {kept.epochs} epochs): "
+            "give another --out (nothing is overwritten)"
+        )
+    print(f"{out}: trained already, kept")
+    return True
 
 
 PROGRESS = "progress.pt"  # a set's progress while it trains (every 50 epochs), resumed by a rerun

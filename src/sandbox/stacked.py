@@ -166,10 +166,27 @@ def save_progress(path: Path, progress: dict) -> None:
     tmp.replace(path)
 
 
+class DamagedProgress(Exception):
+    """A seed set's progress file that cannot be read as one (truncated, corrupt, not a progress)."""
+
+
+#: What a seed set's progress holds (:func:`src.sandbox.seeds.progress_key` and its weights).
+PROGRESS_KEYS = ("seeds", "epochs", "overrides", "epoch", "accs", "losses", "seconds", "holder", "optimizer")
+
+
 def load_progress(path: Path, seeds: list[int], epochs: int, overrides: list[str]) -> dict:
     """The progress :func:`save_progress` wrote, if it is this set's (its seeds, epochs and
-    overrides); read with ``weights_only`` (tensors and plain values: nothing in it runs)."""
-    progress = torch.load(path, weights_only=True)
+    overrides); read with ``weights_only`` (tensors and plain values: nothing in it runs). A file
+    that cannot be read as a progress is :class:`DamagedProgress` (its caller sets it aside)."""
+    from src.engine.record.checkpoint import unreadable_reason
+
+    try:
+        progress = torch.load(path, weights_only=True)
+    except Exception as error:  # noqa: BLE001  truncated, corrupt, refused by the safe loader
+        raise DamagedProgress(unreadable_reason(error)) from error
+    missing = [k for k in PROGRESS_KEYS if not isinstance(progress, dict) or k not in progress]
+    if missing:
+        raise DamagedProgress(f"not a seed set's progress: no {', '.join(missing[:3])}")
     kept = (progress.get("seeds"), progress.get("epochs"), progress.get("overrides"))
     if kept != (seeds, epochs, overrides):
         raise ConfigError(

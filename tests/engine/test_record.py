@@ -95,7 +95,7 @@ def test_a_failed_write_names_the_file_and_leaves_the_old_one_and_no_temporary(t
     assert sorted(p.name for p in tmp_path.iterdir()) == ["summary.json"]
 
 
-def test_a_restart_moves_the_record_aside_and_keeps_hydras_files_and_the_log(tmp_path):
+def test_a_restart_moves_the_record_aside_with_its_log_and_keeps_hydras_files(tmp_path):
     for name in ("config.yaml", "metrics.jsonl", "summary.json", "run.log", ".lock"):
         (tmp_path / name).write_text(name)
     (tmp_path / ".hydra").mkdir()
@@ -104,10 +104,11 @@ def test_a_restart_moves_the_record_aside_and_keeps_hydras_files_and_the_log(tmp
     record = RunRecord(tmp_path)
     first = record.supersede()
     assert first == tmp_path / "superseded" / "1"
-    moved = ["checkpoints", "config.yaml", "metrics.jsonl", "summary.json"]
+    moved = ["checkpoints", "config.yaml", "metrics.jsonl", "run.log", "summary.json"]  # the log: issue 39
     assert sorted(p.name for p in first.iterdir()) == moved
     assert (first / "checkpoints" / "last.pt").read_text() == "weights"
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".hydra", ".lock", "run.log", "superseded"]
+    assert (first / "run.log").read_text() == "run.log"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".hydra", ".lock", "superseded"]
     (tmp_path / "metrics.jsonl").write_text("again")
     assert record.supersede() == tmp_path / "superseded" / "2"
     assert (tmp_path / "superseded" / "1" / "metrics.jsonl").read_text() == "metrics.jsonl"  # untouched

@@ -141,5 +141,5 @@ def test_plan_reads_the_loop_and_refuses_a_dry_file(dry, tmp_path, capsys):
 )
 def test_bad_input_is_one_error_line_and_exit_2(argv, says, tmp_path, capsys):
     assert gpu_check.main([*argv, "--out", str(tmp_path / "x.json")]) == 2
-    (line,) = capsys.readouterr().out.strip().splitlines()
+    (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("error: ") and says in line and not (tmp_path / "x.json").exists()

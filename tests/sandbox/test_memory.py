@@ -51,5 +51,5 @@ def test_the_command_writes_its_record_and_refuses_to_overwrite_it(tmp_path, cap
     assert [s["lr"] for s in record["statistics"]] == [10.0, 1.0]
     assert len(record["trajectories"]) == 8 and (out / "memory.png").stat().st_size > 1000
     assert main(["--seeds", "0-3", "--out", str(out)]) == 2
-    assert "exists" in capsys.readouterr().out
+    assert "exists" in capsys.readouterr().err
     assert main(["--lrs", "ten"]) == 2

@@ -97,7 +97,7 @@ def test_a_variant_the_backbone_does_not_take_is_one_error_line(tmp_path, capsys
     out = tmp_path / "set"
     args = ["experiment=paper/p5", "reading=cond_init_per_head", "--epochs", "1", "--out", str(out)]
     assert main(args) == 2
-    assert "error: attn=cond_init does not apply to backbone=sandbox" in capsys.readouterr().out
+    assert "error: attn=cond_init does not apply to backbone=sandbox" in capsys.readouterr().err
     assert not out.exists()
 
 
@@ -283,10 +283,10 @@ def test_a_set_fine_tuned_from_another_starts_on_its_weights_and_refuses_other_s
     assert (
         main([*base, "--seeds", "0-2", "--epochs", "1", "--init-from", str(source), "--out", str(other)]) == 2
     )
-    assert "trained seeds [0, 1], not --seeds [0, 1, 2]" in capsys.readouterr().out
+    assert "trained seeds [0, 1], not --seeds [0, 1, 2]" in capsys.readouterr().err
     assert main([*base, "backbone=sandbox_multihead", "--seeds", "0-1", "--epochs", "1",
                  "--init-from", str(source), "--out", str(other)]) == 2  # fmt: skip
-    assert "not this sandbox's with these seeds" in capsys.readouterr().out
+    assert "not this sandbox's with these seeds" in capsys.readouterr().err
     assert not other.exists()
 
 

@@ -13,6 +13,17 @@ its own for SIGUSR1 under SLURM (``scontrol requeue``, as Lightning does), and e
 in the reduction the loop reads its losses with (:mod:`.readings`), at its next logging,
 validation, monitor or checkpoint step, so at most ``trainer.log_every`` steps after the signal
 (every step where the loop reads every step); with one process, at the end of the step it arrives in.
+
+A step of many accumulated micro-batches can outlast SLURM's grace before SIGKILL. With one
+process, a signal that finds the step running for longer than :data:`STEP_WAIT_S` (or that keeps
+running past it) stops it at the next micro-batch boundary instead: ``last.pt`` then holds the
+state *within* the step, the last whole step's weights and optimizer with the gradients summed
+over the micro-batches done so far, and their data position and RNG states. Nothing is applied:
+no partial update reaches the weights, and the rerun sums the remaining micro-batches onto those
+gradients and takes the step, exactly as the uninterrupted run does (``previous.pt`` keeps the
+whole step before, from which the step is redone from its first micro-batch). Under DDP each
+process's gradients are its own until the step's all-reduce, and the processes agree on a
+signal only in a collective, which a micro-batch must not add: there the step always ends first.
 """
 
 from __future__ import annotations
@@ -39,6 +50,10 @@ from ..record.announce import shown
 log = logging.getLogger(__name__)
 
 SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
+#: [reading] How long a signal waits for the step it arrives in to end before the step is stopped at
+#: its next micro-batch boundary: SLURM's ``KillWait`` (the grace between SIGTERM and SIGKILL)
+#: defaults to 30 s, and this leaves 20 of them for a micro-batch in flight and the checkpoint.
+STEP_WAIT_S = 10.0
 Handler = Callable[[int, FrameType | None], Any]
 
 
@@ -47,14 +62,21 @@ class Preempted(SuiteError):
 
     ``signum``: the signal; ``step`` of ``total``: where it stopped; ``checkpoint``: the file
     that holds ``step``; ``previous``: the Python handler the signal had before the loop (called
-    by :func:`exit_preempted`), or None."""
+    by :func:`exit_preempted`), or None; ``within``: ``(done, of)`` micro-batches of the next step
+    the checkpoint holds, where the signal stopped a long step midway (module docstring)."""
 
     def __init__(
-        self, signum: int, step: int, total: int, checkpoint: Path, previous: Handler | None = None
+        self,
+        signum: int,
+        step: int,
+        total: int,
+        checkpoint: Path,
+        previous: Handler | None = None,
+        within: tuple[int, int] | None = None,
     ) -> None:
         self.signum, self.step, self.total = signum, step, total
-        self.checkpoint, self.previous = checkpoint, previous
-        super().__init__(stopped_line(signum, step, total, checkpoint))
+        self.checkpoint, self.previous, self.within = checkpoint, previous, within
+        super().__init__(stopped_line(signum, step, total, checkpoint, within))
 
     @property
     def exit_status(self) -> int:
@@ -62,10 +84,15 @@ class Preempted(SuiteError):
         return 128 + self.signum
 
 
-def stopped_line(signum: int, step: int, total: int, checkpoint: Path) -> str:
-    """``stopped by SIGTERM at step 12 of 60: checkpoint saved (…/last.pt); …`` and how it resumes."""
+def stopped_line(
+    signum: int, step: int, total: int, checkpoint: Path, within: tuple[int, int] | None = None
+) -> str:
+    """``stopped by SIGTERM at step 12 of 60: checkpoint saved (…/last.pt); …`` and how it resumes
+    (``within``: ``…at step 12 of 60, 3 of 8 micro-batches into step 13: …``)."""
     job = slurm_job()
     where = f" (SLURM job {job})" if job else ""
+    if within is not None:
+        where = f", {within[0]} of {within[1]} micro-batches into step {step + 1}{where}"
     resume = (
         f"the job, once requeued, resumes from step {step} (or rerun the same command)"
         if job

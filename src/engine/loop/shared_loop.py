@@ -26,7 +26,7 @@ from timm.utils import ModelEmaV3
 from src.errors import DataError, message_of
 
 from . import evaluation
-from .batching import plan_batch
+from .batching import check_global_batch, plan_batch
 from .data import epoch_samples
 from .model import build_model
 from .optim import build_optimizer, build_scheduler
@@ -43,6 +43,8 @@ def fit_shared(task: Task, run: Run) -> dict[str, Any]:
     cfg, dist = run.cfg, run.dist
     batch = plan_batch(task.batch_size, cfg.trainer.accumulate, dist.world)  # refuses a world it cannot keep
     datasets = task.datasets(Path(cfg.paths.data_dir))
+    # a step of more than an epoch (a typo's accumulate=1000000000) is refused before the model is built
+    check_global_batch(batch, epoch_samples(len(datasets[0]), task.repeated_aug), len(datasets[0]))
     model = build_model(cfg, task, run.variant)  # the variant train() built as it checked cfg.attn
     task.prepare_model(model)
     model.to(dist.device)

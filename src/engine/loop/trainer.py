@@ -1,7 +1,10 @@
 """The shared training loop: steps, accumulation, AMP, clipping, validation, monitoring,
 checkpoints and resume. Classification, LRA, LM and the sandbox all train here. Whatever
 ``trainer.*`` says, SIGTERM, SIGUSR1 or SIGUSR2 (SLURM's preemption and time-limit signals) stop
-it at the next step boundary with ``last.pt`` saved, and a rerun resumes (:mod:`.preemption`).
+it at the next step boundary with ``last.pt`` saved, and a rerun resumes (:mod:`.preemption`);
+with one process, a step of many micro-batches that has run for longer than
+:data:`.preemption.STEP_WAIT_S` is stopped at its next micro-batch boundary instead, its
+gradients so far in ``last.pt`` (``partial``), and the rerun completes that very step.
 
 A step neither reads the device nor adds a collective: the losses stay on the device until the
 next *boundary* (a step that logs, validates, runs the monitor or saves, and the last), where one
@@ -42,7 +45,7 @@ from ..record import checkpoint
 from ..record.recorder import Recorder, kept_best
 from ..record.session import Session
 from ..task import Task
-from . import evaluation
+from . import evaluation, preemption
 from .batching import BatchPlan, plan_batch
 from .data import BatchStream, Position, eval_loader, to_device
 from .preemption import Preempted, PreemptionGuard
@@ -54,6 +57,15 @@ log = logging.getLogger(__name__)
 
 class NonFiniteLoss(SuiteError):
     """The loss became NaN or Inf; the message names the step and what was kept."""
+
+
+class StepInterrupted(Exception):
+    """A signal stopped a long step after ``micro`` of its micro-batches, whose summed loss is
+    ``total`` (on the device); their gradients are in the parameters' ``.grad``."""
+
+    def __init__(self, micro: int, total: torch.Tensor) -> None:
+        super().__init__(f"after {micro} micro-batches")
+        self.micro, self.total = micro, total
 
 
 @dataclass
@@ -121,6 +133,7 @@ class Trainer:
         self.reads_every_step = cfg.nonfinite == "skip" or hook
         self.guard: PreemptionGuard | None = None
         self.agreed_signal: int | None = None  # with several processes: the last reduction's
+        self.partial: dict[str, Any] | None = None  # a step last.pt holds midway, until it resumes
 
     # -- the loop ------------------------------------------------------------------------
 
@@ -135,14 +148,17 @@ class Trainer:
         progress = make_progress(
             cfg.progress, self.total_steps, state.step, self.task.name, enabled=self.dist.main
         )
-        if state.step == 0 and self.monitor is not None:
-            self._at_init()
+        if state.step == 0 and self.monitor is not None and self.partial is None:
+            self._at_init()  # (a first step resumed midway logged it already)
         started, window_start, window_samples = time.monotonic(), time.monotonic(), 0
         with contextlib.closing(progress), PreemptionGuard() as guard:
             self.guard = guard
             self.model.train()
             while state.step < self.total_steps:
-                self._optimizer_step(batches)
+                try:
+                    self._optimizer_step(batches)
+                except StepInterrupted as midway:  # a long step: stopped at a micro-batch boundary
+                    self._preempted_within(midway, guard.chained(guard.signum), started)
                 window_samples += self.batch.global_batch
                 state.step += 1
                 self.recorder.trained_to(state.step)
@@ -210,10 +226,11 @@ class Trainer:
         state.last_finite_loss, state.last_finite_step = mean, step
         state.skipped_in_row = 0
 
-    def _checkpoint(self, started: float) -> float:
-        """Save ``last.pt``, adding the training time since ``started``; when the next period starts."""
+    def _checkpoint(self, started: float, partial: dict[str, Any] | None = None) -> float:
+        """Save ``last.pt`` (with ``partial``: a step midway), adding the training time since
+        ``started``; when the next period starts."""
         self.state.wall_s += time.monotonic() - started
-        self._save()
+        self._save(partial)
         return time.monotonic()
 
     def _preempted(self, signum: int, previous, started: float) -> NoReturn:
@@ -222,6 +239,42 @@ class Trainer:
         if self.saved_step != self.state.step:
             self._checkpoint(started)
         raise Preempted(signum, self.state.step, self.total_steps, self.record.checkpoint, previous)
+
+    def _preempted_within(self, midway: StepInterrupted, previous, started: float) -> NoReturn:
+        """Stop within step ``state.step + 1`` for the guard's signal: ``last.pt`` holds the last
+        whole step's state with this step's gradients so far, the loss they summed, and the data
+        position and RNG states after them (nothing is applied); :class:`Preempted` says so."""
+        self.state.position = self.stream.position  # the micro-batches done, as the stream served them
+        partial = {
+            "micro": midway.micro,
+            "plan": dataclasses.asdict(self.batch),
+            "loss": midway.total.detach(),
+            "grads": {n: p.grad.detach() for n, p in self.raw_model.named_parameters() if p.grad is not None},
+        }
+        self._checkpoint(started, partial)
+        within = (midway.micro, self.batch.accumulate)
+        signum = self.guard.signum
+        raise Preempted(signum, self.state.step, self.total_steps, self.record.checkpoint, previous, within)
+
+    def _stop_within_step(self, started: float) -> bool:
+        """Whether to stop the step now, at a micro-batch boundary: one process, a signal noted and
+        the step running for :data:`.preemption.STEP_WAIT_S` or longer (a Python attribute read
+        each micro-batch; the clock only once a signal is noted)."""
+        guard = self.guard
+        if guard is None or guard.signum is None or self.dist.world != 1:
+            return False
+        return time.monotonic() - started >= preemption.STEP_WAIT_S
+
+    def _resumed_within_step(self) -> tuple[int, torch.Tensor]:
+        """The first micro-batch of this step and its loss so far: ``(0, 0)``, or where the step
+        ``last.pt`` holds midway stopped, its gradients put back on the parameters."""
+        if self.partial is None:
+            return 0, torch.zeros((), device=self.dist.device)
+        partial, self.partial = self.partial, None
+        grads = partial["grads"]
+        for name, param in self.raw_model.named_parameters():
+            param.grad = grads[name].to(param.device) if name in grads else None
+        return int(partial["micro"]), partial["loss"].to(self.dist.device)
 
     def _stream(self) -> BatchStream:
         return BatchStream(
@@ -241,9 +294,11 @@ class Trainer:
         """One optimizer update over ``accumulate`` micro-batches. Its loss stays on the device,
         pending, unless the loop reads every step (module docstring): then it is read here, with
         the stop signal, and a non-finite one skips the update or stops."""
-        cfg, step, total = self.cfg, self.state.step + 1, torch.zeros((), device=self.dist.device)
+        cfg, step = self.cfg, self.state.step + 1
         accumulate = self.batch.accumulate  # trainer.accumulate with one process
-        for micro in range(accumulate):
+        first, total = self._resumed_within_step()
+        started = time.monotonic()
+        for micro in range(first, accumulate):
             batch = self.task.on_device(to_device(next(batches), self.dist.device), train=True)
             last = micro == accumulate - 1
             sync = contextlib.nullcontext() if last or self.dist.world == 1 else self.model.no_sync()
@@ -251,6 +306,8 @@ class Trainer:
                 loss = self.task.train_loss(self.model, batch) / accumulate
             loss.backward()
             total += loss.detach()
+            if not last and self._stop_within_step(started):  # a long step and a signal: stop here
+                raise StepInterrupted(micro + 1, total)
         self.state.position = self.stream.position
         self.pending.add(step, total)  # read at the next boundary (:meth:`_settle`), or now:
         mean = self._reduce(agree=True)[1][0] if self.reads_every_step else None
@@ -315,6 +372,39 @@ class Trainer:
             "the override names a new folder, or trainer.resume=restart keeps this one and moves the "
             "record to superseded/"
         )
+
+    def _checked_partial(self, partial: Any, path) -> dict[str, Any] | None:
+        """A step ``path`` holds midway, if it fits this run: its batch split as this run splits it
+        (gradients summed over one process's micro-batches cannot be shared out among others), a
+        micro-batch count inside the step, a gradient of each parameter's shape and a loss. Else
+        one :class:`~..record.checkpoint.CheckpointError` naming what to do."""
+        if partial is None:
+            return None
+        step, plan = self.state.step + 1, dataclasses.asdict(self.batch)
+        redo = f"move {path.name} aside to redo that step from {checkpoint.PREVIOUS}"
+        shapes = {n: p.shape for n, p in self.raw_model.named_parameters()}
+        fits = (
+            isinstance(partial, dict)
+            and isinstance(partial.get("micro"), int)
+            and isinstance(partial.get("loss"), torch.Tensor)
+            and partial["loss"].numel() == 1
+            and isinstance(partial.get("grads"), dict)
+            and all(
+                isinstance(g, torch.Tensor) and g.shape == shapes.get(n) for n, g in partial["grads"].items()
+            )
+        )
+        if not fits or partial.get("plan") is None:
+            raise checkpoint.CheckpointError(
+                f"checkpoint {path} holds step {step} midway in a form this run cannot resume: {redo}"
+            )
+        if partial["plan"] != plan or not 0 < partial["micro"] < self.batch.accumulate:
+            saved = partial["plan"]
+            raise checkpoint.CheckpointError(
+                f"checkpoint {path} holds step {step} midway ({partial['micro']} micro-batches of {saved}); "
+                f"this run splits its batch as {self.batch.text()}: resume it on the processes that saved "
+                f"it, or {redo}"
+            )
+        return partial
 
     # -- evaluation, monitoring, logging -------------------------------------------------
 
@@ -390,7 +480,8 @@ class Trainer:
 
     # -- checkpoints ---------------------------------------------------------------------
 
-    def _save(self) -> None:
+    def _save(self, partial: dict[str, Any] | None = None) -> None:
+        """``last.pt`` of the state at ``state.step`` (and, with ``partial``, the next step midway)."""
         self._settle(agree=False)  # a pending non-finite loss stops here: no checkpoint after one
         state = self.state
         if not self.cfg.get("checkpoints", True):  # debug=fdr: nothing a later run could resume
@@ -410,6 +501,7 @@ class Trainer:
                 "rng": checkpoint.rng_state(),
                 "task": self.task.state_dict(),
                 "record": self.session.checkpoint_meta(state.step),
+                **({"partial": partial} if partial is not None else {}),
             },
             self.record.checkpoint,
         )
@@ -475,6 +567,7 @@ class Trainer:
         loop = saved["loop"]
         self.state = LoopState(**{**loop, "position": Position(**loop["position"])})
         self.saved_step = self.state.step
+        self.partial = self._checked_partial(saved.get("partial"), path)
         checkpoint.set_rng_state(saved["rng"])
         if saved.get("task") is not None:
             self.task.load_state_dict(saved["task"])

@@ -35,9 +35,11 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import logging
 import math
 import os
 import shutil
+import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -214,12 +216,16 @@ class RunRecord:
         return True
 
     def supersede(self) -> Path | None:
-        """Move this folder's record to ``superseded/<n>/`` (n = 1, 2, …); returns that folder."""
+        """Move this folder's record to ``superseded/<n>/`` (n = 1, 2, …), its sessions' log
+        (Hydra's ``run.log``) with it; returns that folder. This session's log starts afresh in
+        place: the handlers writing it reopen there (:func:`move_log`)."""
+        entries = sorted(self.dir.iterdir())
+        logs = [p for p in entries if p.is_file() and p.suffix == ".log"]
         moving = [
             p
-            for p in sorted(self.dir.iterdir())
+            for p in entries
             if p.name not in KEPT_IN_PLACE
-            and not (p.is_file() and p.suffix == ".log")
+            and p not in logs
             and not holds_record(p)  # another run's folder (the older, nested layout): not ours
         ]
         if not self.enabled or not moving:
@@ -230,7 +236,41 @@ class RunRecord:
         target.mkdir(parents=True)
         for path in moving:
             os.replace(path, target / path.name)
+        for path in logs:
+            move_log(path, target / path.name)
         return target
+
+
+def move_log(path: Path, target: Path) -> None:
+    """Move the log file ``path`` to ``target``; this process's logging handlers that write
+    ``path`` (Hydra's job log) are flushed first and reopened at ``path`` after, so that what this
+    process logs next starts a new file there instead of following the old one."""
+    where = os.path.realpath(path)
+    handlers = [h for h in file_handlers() if os.path.realpath(h.baseFilename) == where]
+    for handler in handlers:
+        handler.acquire()
+    try:
+        for handler in handlers:
+            handler.flush()
+        os.replace(path, target)
+        for handler in handlers:
+            if handler.stream is not None:  # opened already (not delay=True and still unused)
+                handler.stream.close()
+                handler.stream = handler._open()
+    finally:
+        for handler in handlers:
+            handler.release()
+
+
+def file_handlers() -> list[logging.FileHandler]:
+    """Every :class:`logging.FileHandler` of this process's loggers (the root's and the named ones)."""
+    loggers = [logging.getLogger(), *(v for v in logging.Logger.manager.loggerDict.values())]
+    found = []
+    for logger in loggers:
+        for handler in getattr(logger, "handlers", []):
+            if isinstance(handler, logging.FileHandler) and handler not in found:
+                found.append(handler)
+    return found
 
 
 #: What marks a folder as a run's: any of the record's files.
@@ -325,6 +365,24 @@ def write_failure(path: Path, error: OSError) -> str:
     except OSError:
         free = ""
     return f"cannot write {path} ({error.strerror or error}{free})"
+
+
+def check_writable_file(path: Path, option: str = "--out") -> None:
+    """Refuse, before a command's work, a result file it could not write at the end: its folder is
+    made where missing and a probe file written there and removed (nothing else is left), and
+    ``path`` must not be a folder. A :class:`RecordError` naming ``option`` and why."""
+    path = Path(path)
+    if path.is_dir():
+        raise RecordError(f"{option} {path} is a folder: give the file to write")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.write-check-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as error:
+        raise RecordError(
+            f"{option} {path}: cannot write there ({error.strerror or error}); give a path you can write"
+        ) from error
 
 
 def plain_json(value: Any, path: str = "") -> tuple[Any, dict[str, str]]:

@@ -16,10 +16,15 @@ checks under the claim that the file it judged stale is still there. A claim who
 (on this host; or older than :data:`CLAIM_ABANDONED_S`) is passed over to the next round.
 
 Only the main process of a run takes the lock (DDP ranks write nothing to the record).
+
+A command that writes an output folder of its own (a seed set, a joined set, a report) takes the
+same lock on that folder (:class:`OutputLock`): a second command into the folder while the first
+writes is refused in one line naming the first, instead of both overwriting each other's files.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import itertools
@@ -46,7 +51,7 @@ Seen = tuple[int, bytes]
 
 
 class RunFolderBusy(SuiteError):
-    """Another process trains in this run folder."""
+    """Another process trains in this run folder (or, :class:`OutputLock`, writes this output folder)."""
 
 
 class RunLock:
@@ -68,7 +73,11 @@ class RunLock:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         while True:
             content = holder_bytes()
-            created = create_with(self.path, content)  # never an empty file: see the module docstring
+            try:
+                created = create_with(self.path, content)  # never an empty file: see the module docstring
+            except FileNotFoundError:  # the folder was removed meanwhile (an output lock's, left empty)
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                continue
             try:
                 fd = os.open(self.path, os.O_RDWR)
             except FileNotFoundError:
@@ -78,7 +87,7 @@ class RunLock:
             except BlockingIOError:
                 holder = read_holder(self.path)
                 os.close(fd)
-                raise RunFolderBusy(busy_message(self.path.parent, holder)) from None
+                raise RunFolderBusy(self.refusal(holder)) from None
             except OSError as error:  # no flock on this file system
                 os.close(fd)
                 if error.errno not in NO_FLOCK:
@@ -90,6 +99,10 @@ class RunLock:
             os.close(fd)
         self.fd = fd
         _write_holder(fd)
+
+    def refusal(self, holder: dict[str, Any]) -> str:
+        """The line that refuses a second process, naming ``holder``."""
+        return busy_message(self.path.parent, holder)
 
     def release(self) -> None:
         if self.fd is None:
@@ -120,7 +133,7 @@ class RunLock:
             holder = _parse(seen[1])
             if holder and not _stale(holder):
                 raise RunFolderBusy(
-                    busy_message(self.path.parent, holder)
+                    self.refusal(holder)
                     + f" (this file system has no flock: if that process is gone, remove {self.path})"
                 )
             if not (self._takeable(seen) and self._take_over(seen, content)):
@@ -154,6 +167,30 @@ class RunLock:
             return True
         finally:
             claim.unlink(missing_ok=True)
+
+
+class OutputLock(RunLock):
+    """``with OutputLock(folder, "python -m src.sandbox.seeds"):`` holds ``folder/.lock`` while
+    ``command`` writes its outputs there: the run folder's lock (one holder, taken over once its
+    holder is gone), with a refusal that names the command and its ``--out``."""
+
+    def __init__(self, folder: Path, command: str, option: str = "--out") -> None:
+        super().__init__(folder)
+        self.command, self.option = command, option
+        self.made = False  # whether acquiring made the folder: then an empty one is removed on release
+
+    def acquire(self) -> None:
+        self.made = not self.path.parent.exists()
+        super().acquire()
+
+    def release(self) -> None:
+        super().release()
+        if self.made:  # a command refused before it wrote anything leaves no folder behind
+            with contextlib.suppress(OSError):
+                self.path.parent.rmdir()
+
+    def refusal(self, holder: dict[str, Any]) -> str:
+        return output_busy_message(self.path.parent, holder, self.command, self.option)
 
 
 def claim_path(path: Path, seen: Seen, round_: int | str) -> Path:
@@ -192,6 +229,18 @@ def busy_message(folder: Path, holder: dict[str, Any]) -> str:
         f"run folder {folder} is in use by {who}{since}{job}: two processes would train into one record. "
         "Wait for it to end or stop it; to train both, give this run another folder (another override "
         "or paths.output_dir)"
+    )
+
+
+def output_busy_message(folder: Path, holder: dict[str, Any], command: str, option: str = "--out") -> str:
+    """The one line that refuses a second ``command`` into the output folder ``folder``."""
+    who = f"process {holder.get('pid', '?')} on host {holder.get('host', '?')}"
+    since = f" since {holder['started']}" if holder.get("started") else ""
+    job = f", SLURM job {holder['slurm_job']}" if holder.get("slurm_job") else ""
+    return (
+        f"output folder {folder} is in use by {who}{since}{job} ({command}): two commands would write "
+        f"into one folder and the first's files would be lost. Wait for it to end or stop it, or give "
+        f"this one another {option}"
     )
 
 
