@@ -49,7 +49,8 @@ import json
 import logging
 import os
 import sys
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -58,13 +59,14 @@ from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from src.engine.experiment import processes
+from src.engine.generated import reading
 from src.engine.loop import evaluation
 from src.engine.loop.model import build_model
 from src.engine.record import checkpoint
 from src.engine.record.bounded import RefusedFile, read_bytes
 from src.engine.record.checkpoint import CheckpointError
 from src.engine.record.files import RunRecord, plain_json, write_atomic
-from src.engine.record.identity import Identity
+from src.engine.record.identity import DATA, Identity
 from src.engine.record.safe_config import check_buildable
 from src.engine.schema import check_values
 from src.engine.task import Task
@@ -89,6 +91,7 @@ class Recorded:
     record_identity: str
     overrides: list[str]
     owners: set[str]  # the identity hashes the record's checkpoints may carry
+    data: dict[str, str] = field(default_factory=dict)  # the content hashes of the generated data it read
 
 
 def parse(argv: list[str] | None) -> tuple[Path, dict[str, str], list[str]]:
@@ -151,7 +154,7 @@ def load_config(run_dir: Path, overrides: list[str]) -> Recorded:
         data_dir = (recorded.config.get("paths") or {}).get("data_dir")
         if data_dir is not None:
             cfg.paths.data_dir = data_dir  # absolute, as the run read it
-        differs = recorded.differences(Identity.of(cfg))
+        differs = recorded.without(DATA).differences(Identity.of(cfg))  # the data is checked as it is read
         if differs:
             listed = "; ".join(f"{k}: {_show(a)} → {_show(b)}" for k, (a, b) in list(differs.items())[:6])
             raise ConfigError(
@@ -164,7 +167,8 @@ def load_config(run_dir: Path, overrides: list[str]) -> Recorded:
             run_dir,
         )
     record_identity = recorded.hash if recorded is not None else Identity.of(cfg).hash
-    checked = with_overrides(cfg, record_identity, overrides, f"the run's config ({path})")
+    data = (recorded.config.get(DATA) or {}) if recorded is not None else {}
+    checked = with_overrides(cfg, record_identity, overrides, f"the run's config ({path})", data)
     checked.owners = owners or {record_identity}
     return checked
 
@@ -222,14 +226,16 @@ def evaluate_run(
         best_step=recorded_best_step(run_dir),
         identity=recorded.owners,
     )
-    own = recorded.identity == recorded.record_identity
     result, written = measure(
         recorded,
         opened,
         split,
-        evaluation.result_path(run_dir, split, None if own else recorded.identity),
+        lambda r: evaluation.result_path(
+            run_dir, split, None if r.identity == r.record_identity else r.identity
+        ),
         task,
     )
+    own = result["identity"] == result["record_identity"]  # the data read included (measure)
     if written is not None and cfg.logger.name == "wandb":
         if own:
             send_to_wandb(run_dir, cfg, result)
@@ -247,20 +253,30 @@ def checked_task(cfg: DictConfig, split: str) -> Task:
 
 
 def measure(
-    recorded: Recorded, opened: evaluation.Opened, split: str, path: Path, task: Task | None = None
+    recorded: Recorded,
+    opened: evaluation.Opened,
+    split: str,
+    where: Callable[[Recorded], Path],
+    task: Task | None = None,
 ) -> tuple[dict[str, Any], Path | None]:
     """Evaluate ``opened`` on ``split`` with the model built from ``recorded``; the result, written
-    to ``path`` by the main process (None elsewhere)."""
+    by the main process (None elsewhere) to ``where(recorded)`` once the split is read: the generated
+    data it read (regenerated first where damaged, :mod:`src.engine.generated`) joins the identity,
+    so a result on other data than the run's never goes to the run's own file."""
     cfg = recorded.cfg
     task = task if task is not None else checked_task(cfg, split)
-    if recorded.identity != recorded.record_identity:
-        print_note(
-            f"{' '.join(recorded.overrides)} change what is measured: the result goes to {path.name}, "
-            "beside the run's own, and the report does not use it"
-        )
     with processes(cfg) as dist:
         data_dir = Path(cfg.paths.data_dir)
-        dataset = task.eval_dataset(data_dir, split)  # before the model: LM's vocabulary
+        with reading(data_dir) as read:
+            dataset = task.eval_dataset(data_dir, split)  # before the model: LM's vocabulary
+        measured = with_data(recorded, read)
+        path = where(measured)
+        if measured.identity != measured.record_identity:
+            print_note(
+                f"{changed_by(recorded, read)} change what is measured: the result goes to {path.name}, "
+                "beside the run's own, and the report does not use it"
+            )
+        recorded = measured
         model = build_model(cfg, task)  # as training built it, before the checkpoint's weights
         autocast = torch.autocast(
             dist.device.type, dtype=torch.bfloat16, enabled=cfg.trainer.precision == "bf16"
@@ -280,6 +296,33 @@ def measure(
             written = path
             write_atomic(path, json.dumps(plain_json(result)[0], indent=2) + "\n")
     return result, written
+
+
+def with_data(recorded: Recorded, read: dict[str, str]) -> Recorded:
+    """``recorded`` with the content hashes of the generated data an evaluation read: the identity it
+    measures is the record's only where every artefact the run read is read again as it was (one the
+    run did not read, a test split's cache made since, leaves it as it is). A record made before runs
+    recorded their data (no ``data``) cannot be checked: a note says so, and its identity stays."""
+    if not read:
+        return recorded
+    if not recorded.data:
+        print_note(
+            "the run's record predates data checksums (identity.json has no data): the generated data "
+            "read now cannot be checked against the data the run trained on"
+        )
+        return recorded
+    data = {**recorded.data, **{name: digest for name, digest in read.items() if name in recorded.data}}
+    return replace(recorded, identity=Identity.of(recorded.cfg, data).hash, data=data)
+
+
+def changed_by(recorded: Recorded, read: dict[str, str]) -> str:
+    """What makes an evaluation another identity than its record's (``recorded``, before the data was
+    read): the overrides, and the generated data whose content is not the run's (named)."""
+    other = [name for name, digest in read.items() if digest != recorded.data.get(name, digest)]
+    said = [" ".join(recorded.overrides)] if recorded.overrides else []
+    if other:
+        said.append(f"data other than the run's ({', '.join(other)})")
+    return " and ".join(said) or "the data read"
 
 
 def with_logger(cfg: DictConfig, logger: str) -> DictConfig:
@@ -373,15 +416,22 @@ def carried(file: Path, state: dict[str, Any], overrides: list[str]) -> Recorded
         )
     check_buildable(tree, f"the config carried by {file}")
     cfg = OmegaConf.create(tree)
-    if Identity.of(cfg).hash != meta.get("identity"):
+    data = meta.get(DATA) if isinstance(meta.get(DATA), dict) else {}
+    if Identity.of(cfg, data).hash != meta.get("identity"):
         raise ConfigError(
             f"the config carried by {file} is not the configuration its identity ({meta.get('identity')}) "
             "names: the file was edited; refused. Name the run folder it came from, run=<run_dir>"
         )
-    return with_overrides(cfg, meta["identity"], overrides, f"the config carried by {file}")
+    return with_overrides(cfg, meta["identity"], overrides, f"the config carried by {file}", data)
 
 
-def with_overrides(cfg: DictConfig, record_identity: str, overrides: list[str], where: str) -> Recorded:
+def with_overrides(
+    cfg: DictConfig,
+    record_identity: str,
+    overrides: list[str],
+    where: str,
+    data: dict[str, str] | None = None,
+) -> Recorded:
     """:class:`Recorded` from a checked config and the command line's ``overrides`` (checked too)."""
     for item in overrides:
         key = item.partition("=")[0]
@@ -391,7 +441,10 @@ def with_overrides(cfg: DictConfig, record_identity: str, overrides: list[str], 
     check_buildable(OmegaConf.to_container(cfg, resolve=False), "the command line's overrides")
     cfg.paths.data_dir = os.path.abspath(str(cfg.paths.data_dir))
     check_values(cfg)
-    return Recorded(cfg, Identity.of(cfg).hash, record_identity, list(overrides), {record_identity})
+    data = dict(data or {})
+    return Recorded(
+        cfg, Identity.of(cfg, data).hash, record_identity, list(overrides), {record_identity}, data
+    )
 
 
 def file_result_path(file: Path, run_dir: Path | None, split: str, recorded: Recorded) -> Path:
@@ -417,8 +470,9 @@ def evaluate_file(
     recorded = load_config(run_dir, overrides) if run_dir is not None else carried(file, state, overrides)
     opened = opened_file(file, state, recorded.owners)
     in_run = home is not None and run_dir is not None and run_dir.resolve() == home
-    path = file_result_path(file, run_dir if in_run else None, split, recorded)
-    return measure(recorded, opened, split, path)
+    return measure(
+        recorded, opened, split, lambda r: file_result_path(file, run_dir if in_run else None, split, r)
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

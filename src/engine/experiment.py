@@ -1,5 +1,6 @@
 """One run from a composed config, as a short pipeline: check the config, take the processes,
-open the run folder's record (:mod:`.record.session`), build the task, let it train (in the
+make or check the generated data it reads (:func:`data_read`: its content joins the identity), open
+the run folder's record (:mod:`.record.session`), build the task, let it train (in the
 shared loop, :func:`.loop.shared_loop.fit_shared`, unless the task trains in a loop of its own,
 :meth:`.task.Task.fit`: detection's mmengine Runner), and write the summary. Every task's rows,
 summary, failures and W&B run go through one :class:`.record.recorder.Recorder`. A failure is
@@ -33,6 +34,7 @@ from src.errors import SuiteError, message_of
 
 from .compatible import check_compatible, compatible_backbones  # noqa: F401  (re-exported)
 from .distributed import Dist
+from .generated import reading
 from .loop.batching import plan_for
 from .loop.numerics import flush_denormals, restore_tf32, use_tf32
 from .loop.preemption import Preempted
@@ -56,10 +58,24 @@ def train(cfg: DictConfig, run_dir: Path | str, hydra_files: dict[str, str] | No
     with processes(cfg) as dist:
         plan_for(cfg, dist.world)  # a world size that cannot keep the global batch: refused before the record
         record = RunRecord(Path(run_dir), enabled=dist.main)
-        with RunSession(record, cfg, dist, hydra_files) as session:
+        data = data_read(cfg)  # made or checked before the record opens: its content joins the identity
+        with RunSession(record, cfg, dist, hydra_files, data) as session:
             if session.kind == "complete":
                 return already_complete(cfg, session)
             return train_session(cfg, session, dist, variant)
+
+
+def data_read(cfg: DictConfig) -> dict[str, str]:
+    """The generated data the run reads (token caches, tokenizers trained here, generated sets),
+    made where missing or damaged and checked against its manifest by the task's
+    :meth:`~.task.Task.prepare_data` (the code its ``datasets()`` runs), as ``{artefact: content
+    hash}``: part of the run's identity (:mod:`.record.identity`), so that runs on other data never
+    resume or pool with this one. Before the record opens, so a data set that is missing is refused
+    with nothing written in the run folder; empty for a task whose data is read as it is."""
+    data_dir = Path(cfg.paths.data_dir)
+    with reading(data_dir) as read:
+        instantiate(cfg.task).prepare_data(data_dir)
+    return read
 
 
 @contextlib.contextmanager

@@ -4,10 +4,12 @@ A split is stored as ``<split>.bin`` (raw ``uint16`` ids, ``uint32`` for vocabul
 65,535) beside ``<split>.json``, which records what was tokenised and how (the tokenizer's
 fingerprint, the source files' names and sizes, the separator, the token count). A later run
 finds a matching ``.json`` and memory-maps the ``.bin``; anything that differs, or a ``.bin`` of
-the wrong size, triggers a rebuild. Concurrent runs (the processes of a DDP run, the runs of a
-multirun) take an exclusive ``flock`` on ``<split>.lock``: one tokenises, the others wait and
-then read its cache (:func:`src.engine.generated.ensure_generated`). Both files are written
-under a temporary name and renamed, the ``.json`` last.
+the wrong size, or whose content is not what ``<split>.manifest.json`` says was written (a
+zero-filled array at its own size), triggers a rebuild. Concurrent runs (the processes of a DDP
+run, the runs of a multirun) take an exclusive ``flock`` on ``<split>.lock``: one tokenises, the
+others wait and then read its cache (:func:`src.engine.generated.ensure_generated`). The array is
+hashed as it is written (never read back: caches can be GBs), fsynced and renamed; then the
+manifest, then the ``.json``, each fsynced before its rename.
 
 Documents are joined in order, each followed by the tokenizer's ``<|endoftext|>`` when
 ``separate`` (GPT-2's convention; TinyStories' stories), or joined as they come (WikiText's
@@ -16,7 +18,6 @@ rows are consecutive lines of its articles).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -25,7 +26,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from src.engine.generated import ensure_generated, progress
+from src.engine.generated import ensure_generated, hashed_output, progress
 from src.errors import ConfigError
 
 from .tokenizer import EOT, TextTokenizer
@@ -76,14 +77,12 @@ def cached_tokens(
         return f"token cache {bin_path} is damaged ({found} bytes where {expected} were written)"
 
     def tokenise() -> dict[str, int]:
-        partial = Path(f"{bin_path}.{os.getpid()}.partial")
         tokens = 0
-        with open(partial, "wb") as f:
+        with hashed_output(bin_path, itemsize=dtype.itemsize) as out:  # hashed as written, fsynced, renamed
             for chunk in encode_documents(batches(), tokenizer, separate):
-                chunk.tofile(f)
+                out.write(memoryview(np.ascontiguousarray(chunk)).cast("B"))
                 tokens += chunk.size
                 progress(f"{bin_path.name}: {tokens:,} tokens so far")
-        partial.replace(bin_path)
         return {"tokens": tokens}
 
     what = f"the {tokenizer.name} token cache {bin_path.name}"

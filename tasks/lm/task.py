@@ -232,9 +232,20 @@ class HubTextCorpus(LanguageModelling):
         return train, val
 
     def prepare_data(self, data_dir: Path) -> None:
-        """The tokenizer and every split's token cache, the test split's included (evaluation's)."""
-        test = (self.test_split,) if self.test_split else ()
-        self.split_tokens(Path(data_dir), (self.train_split, self.val_split, *test))
+        """The tokenizer and every split's token cache, the test split's included (evaluation's) where
+        the copy has it: one without its test files trains, and ``trainer.test_after`` then says how
+        to test once they are there (a run's identity holds the caches made here)."""
+        data_dir = Path(data_dir)
+        test = (self.test_split,) if self.test_split and self.has_split(data_dir, self.test_split) else ()
+        self.split_tokens(data_dir, (self.train_split, self.val_split, *test))
+
+    def has_split(self, data_dir: Path, split: str) -> bool:
+        """Whether the copy under ``data_dir`` holds ``split``'s files."""
+        try:
+            find_split(data_dir / self.folder, split, self.dataset)
+        except DataError:
+            return False
+        return True
 
     def split_tokens(self, data_dir: Path, splits: tuple[str, ...]) -> list[np.ndarray]:
         """The token arrays of ``splits`` (the hub's names), tokenised once into the cache;

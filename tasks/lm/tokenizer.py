@@ -139,12 +139,14 @@ def train_bpe(texts: Iterable[str], vocab_size: int, path: Path) -> BPETokenizer
 
 
 def save_tokenizer(tokenizer, path: Path) -> None:
-    """A ``tokenizers.Tokenizer`` saved to ``path`` under a temporary name, then renamed: concurrent
-    runs never collide, and a reader never sees half a file."""
+    """A ``tokenizers.Tokenizer`` saved to ``path`` under a temporary name, fsynced, then renamed:
+    concurrent runs never collide, and a reader never sees half a file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
     tokenizer.save(str(partial))
+    with open(partial, "rb") as handle:  # on disk before the rename: a crash never leaves zeros under path
+        os.fsync(handle.fileno())
     partial.replace(path)
 
 

@@ -161,6 +161,8 @@ def write_release(folder: Path, splits: dict[str, list[tuple[str, int]]]) -> Non
             writer = csv.writer(f, delimiter="\t", lineterminator="\n")
             writer.writerow(["Source", "Target"])
             writer.writerows(rows)
+            f.flush()
+            os.fsync(f.fileno())  # on disk before the rename: a crash never leaves a torn file in place
         os.chmod(tmp, 0o644)  # mkstemp makes it private
         os.replace(tmp, folder / SPLITS[split])
 

@@ -7,7 +7,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from src.engine.generated import ensure_generated
+from src.engine.generated import ensure_generated, read_marker
 from src.errors import DataError
 
 from . import images, listops, text
@@ -52,6 +52,20 @@ class ListOpsSmall(ListOps):
     def prepare_data(self, data_dir: Path) -> None:
         """The three TSV files, generated unless they are there (what :meth:`datasets` reads)."""
         ensure_listops(Path(data_dir) / self.folder, self.spec)
+
+    def load(self, root: Path, split: Split) -> Sequences:
+        """As :class:`ListOps` reads it; an error in a file this task generated says so, and that
+        deleting the folder makes it again (its manifest's check regenerates damaged files first,
+        so this is a file damaged since, or a generator's fault)."""
+        try:
+            return super().load(root, split)
+        except DataError as error:
+            if read_marker(root / "generator.json") is None:  # the user's own files
+                raise
+            raise DataError(
+                f"{error}; {root} holds generated data (generator.json): delete the folder and the "
+                "next run generates it again"
+            ) from None
 
     def datasets(self, data_dir: Path):
         self.prepare_data(data_dir)

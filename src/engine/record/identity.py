@@ -39,6 +39,16 @@ one.
 
 ``paths.data_dir`` changes the *meaning* (another data set under the same folder name): it joins
 the identity, as an absolute path, although it stays out of the folder's name.
+
+The data a run generates or tokenises (token caches, tokenizers and vocabularies trained here, the
+generated ListOps, ``glue_tiny``, COCO shapes) joins it too, by content: ``data`` (:data:`DATA`, a
+key no config has) maps each artefact the run read (its marker's path below the data folder) to the
+content hash of its manifest (:mod:`src.engine.generated`), so two runs of one config on different
+files (a token cache made from another copy of the corpus, a ListOps file cut short and used as the
+user's own) have different identities: neither resumes the other's record, and the report never
+pools them. A run that reads no generated data has no ``data`` key, and its identity is what it was
+before data joined it; a record made on generated data before (no ``data``) is another identity
+than a run on the same data now, and says so (:meth:`Identity.check_same`).
 """
 
 from __future__ import annotations
@@ -48,6 +58,7 @@ import hashlib
 import json
 import os
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,6 +93,8 @@ MOVED_TARGETS = {
     "src.engine.schedule.RsqrtLRScheduler": "src.engine.loop.schedule.RsqrtLRScheduler",
     "src.engine.schedule.TriangleLRScheduler": "src.engine.loop.schedule.TriangleLRScheduler",
 }
+#: The identity's key for the content hashes of the generated data a run read (not a config key).
+DATA = "data"
 ABSENT = type("Absent", (), {"__repr__": lambda self: "null"})()  # a key one side lacks (or sets null)
 
 
@@ -104,11 +117,15 @@ class Identity:
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     @classmethod
-    def of(cls, cfg: DictConfig | dict[str, Any]) -> Identity:
-        """The identity of a composed (or saved, resolved) config."""
+    def of(cls, cfg: DictConfig | dict[str, Any], data: Mapping[str, str] | None = None) -> Identity:
+        """The identity of a composed (or saved, resolved) config; ``data``: the content hash of
+        each generated artefact the run read (:func:`src.engine.generated.reading`), if any."""
         plain = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else cfg
         config = json.loads(json.dumps(plain, default=str))  # a deep, JSON-shaped copy
         config.pop("hydra", None)
+        config.pop(DATA, None)  # never the config's: only what was read
+        if data:
+            config[DATA] = {str(k): str(v) for k, v in sorted(data.items())}
         for key in EXCLUDED:
             _drop(config, key.split("."))
         data_dir = (config.get("paths") or {}).get("data_dir")
@@ -137,6 +154,13 @@ class Identity:
         diffs = recorded.differences(self)
         listed = "; ".join(f"{k}: {_show(a)} → {_show(b)}" for k, (a, b) in list(diffs.items())[:shown])
         more = f"; and {len(diffs) - shown} more" if len(diffs) > shown else ""
+        if any(k.startswith(f"{DATA}.") for k in diffs):  # the content of the data read, not a config key
+            more += (
+                " (data.*: the content hash of the generated data each run read; a record without it "
+                "was made before runs recorded it)"
+                if DATA not in recorded.config
+                else " (data.*: the files the run read are not those the record was made on)"
+            )
         raise IdentityMismatch(
             f"run folder {where} holds a record of another configuration (record → now: {listed}{more}). "
             f"Rerun with trainer.resume=restart to move that record to {Path(where) / 'superseded'}/<n>/ "

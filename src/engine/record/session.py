@@ -24,6 +24,7 @@ import os
 import socket
 import time
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,7 @@ from src.resolvers import legacy_folder
 
 from ..distributed import Dist
 from .files import RunRecord, holds_record, move_record
-from .identity import Identity, code_version
+from .identity import DATA, Identity, code_version
 from .lock import RunLock
 from .tracking import new_run_id
 
@@ -97,6 +98,8 @@ class Session:
         resolved config (its data folder absolute), so that ``python -m src.eval FILE`` can rebuild
         the model of a checkpoint copied out of its run folder (after the same checks as a record's)."""
         meta = {"identity": self.identity.hash, "sessions": self.sessions(step)}
+        if DATA in self.identity.config:  # what the config alone cannot give back: the data's content
+            meta[DATA] = self.identity.config[DATA]
         return meta if self.config is None else {**meta, "config": self.config}
 
     def adopt(self, meta: dict[str, Any] | None, path: Path, step: int) -> None:
@@ -124,13 +127,19 @@ class Session:
 
 class RunSession:
     """``with RunSession(record, cfg, dist) as session:`` holds the folder's lock (main process)
-    and opens the record as ``trainer.resume`` says; every process gets the same decision."""
+    and opens the record as ``trainer.resume`` says; every process gets the same decision. ``data``:
+    the content hashes of the generated data the run reads, which join its identity."""
 
     def __init__(
-        self, record: RunRecord, cfg: DictConfig, dist: Dist, hydra_files: dict[str, str] | None = None
+        self,
+        record: RunRecord,
+        cfg: DictConfig,
+        dist: Dist,
+        hydra_files: dict[str, str] | None = None,
+        data: Mapping[str, str] | None = None,
     ) -> None:
         self.record, self.cfg, self.dist, self.hydra_files = record, cfg, dist, hydra_files
-        self.identity = Identity.of(cfg)
+        self.identity = Identity.of(cfg, data)  # data: the generated data's content hashes, read already
         self.lock = RunLock(record.dir) if dist.main else None
 
     def __enter__(self) -> Session:
