@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import copy
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -282,7 +283,11 @@ def _cost(fn: Callable[[], Any], scale: float, repeats: int) -> dict[str, float]
 def shape_costs(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     """``{recipe: measure(...)}`` for the recipes ``args.shapes`` names (all when it names none)."""
     names = args.shapes or list(RECIPES)
-    return {n: measure(n, RECIPES[n], args.shape_batch, args.shape_repeats) for n in names}
+    out = {}
+    for n in names:
+        print(f"shapes: {n} ({RECIPES[n].batch} a micro-batch)", file=sys.stderr, flush=True)
+        out[n] = measure(n, RECIPES[n], args.shape_batch, args.shape_repeats)
+    return out
 
 
 def table(results: dict[str, dict[str, Any]], limit: float = 1.10) -> list[str]:

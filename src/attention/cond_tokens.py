@@ -34,21 +34,24 @@ tensor (no absolute positions; DaViT's first stage does not downsample).
 
 Option ``method`` (how ``C`` is computed; docs/methods.md#cond_tokens, docs/benchmark.md):
 
-* ``regularized`` (default): matmuls only, in IEEE fp32 with autocast off. ``Q = X (XᵀX +
+* ``regularized`` (default): matmuls only, in IEEE fp32 (the Gram route in fp64) with autocast
+  off. ``Q = X (XᵀX +
   τ'²σ̂² I)^{-½} = U ψ(Σ) Vᵀ``, ``ψ(t) = t / √(t² + τ'²)`` (``t = σ_i/σ_max``), is the top block
   of the polar factor of ``X`` stacked on ``τ'σ̂ I`` (:func:`.polar.regularized_polar`,
   ``steps`` Newton–Schulz steps: that stacked matrix has singular values in ``[τ', 1]``, so
   the iteration converges on every direction, X's numerically zero ones included), and
   ``C = σ̂ · Q QᵀQ = σ̂ U ψ(Σ)³ Vᵀ``, ``σ̂`` from ``power_iters`` power iterations on the Gram
-  squared four times. [reading] With ``τ' = τ·√(2/3)`` the filter ``ψ³ = (t² / (t² +
-  ⅔τ²))^{3/2}`` is ``svd``'s ``φ`` to ``O(τ⁴/t⁴)`` (``1 − τ²/t²`` both): where no singular value
-  lies within a decade of ``τ σ_max`` the two corrections agree to the iteration's precision;
-  inside that decade the filters differ by at most 0.06 (``φ`` at ``t = τ`` is 0.50, ``ψ³``
-  0.47). Like ``φ``, ``ψ³`` is flat at zero (``ψ³ ≈ (t/τ')³``): a numerically zero direction
-  stays zero. Measured against ``svd`` on ViT-B/16 (197×768) and Swin-B first-stage (3136×128)
-  tokens at init: ``tests/attention/test_cond_tokens.py``. Why it is the default: on a GPU the
-  SVD is a per-sample cuSOLVER call (batched SVD takes only matrices up to 32×32) with a host
-  sync; this is a few batched products (the costs at every recipe's shape:
+  squared four times (a matrix 8 times longer than wide takes the same function through its
+  float64 Gram: :func:`.polar.regularized_cube`). [reading] With ``τ' = τ·√(2/3)`` the filter
+  ``ψ³ = (t² / (t² + ⅔τ²))^{3/2}`` is ``svd``'s ``φ`` to ``O(τ⁴/t⁴)`` (``1 − τ²/t²`` both):
+  where no singular value lies within a decade of ``τ σ_max`` the two corrections agree to the
+  iteration's precision; inside that decade the filters differ by at most 0.06 (``φ`` at
+  ``t = τ`` is 0.50, ``ψ³`` 0.47). Like ``φ``, ``ψ³`` is flat at zero (``ψ³ ≈ (t/τ')³``): a
+  numerically zero direction stays zero. Measured against ``svd`` on ViT-B/16 (197×768),
+  Swin-B first-stage (3136×128) and LRA (4096×64) tokens at init:
+  ``tests/attention/test_cond_tokens.py``. Why it is the default: on a GPU the SVD is a
+  per-sample cuSOLVER call (batched SVD takes only matrices up to 32×32) with a host sync;
+  this is a few batched products (the costs at every recipe's shape:
   ``python -m launch.bench --skip block model memory overhead --shapes``).
 * ``svd``: the exact thin SVD, one per sample and forward pass (the cost the summaries of P3
   name), and the filter factors ``φ`` above; the method the readings ``cond_tokens_block`` and
@@ -99,7 +102,7 @@ from .polar import (
     gram_inverse_root,
     gram_inverse_root_ns,
     polar_factor,
-    regularized_polar,
+    regularized_cube,
 )
 from .registry import AttentionConfigError, Variant, find_token_entry, register
 from .sites import AttentionSite, Where
@@ -143,9 +146,7 @@ def token_correction(
         u, s, vh = torch.linalg.svd(x, full_matrices=False)  # (B, N, k), (B, k), (B, k, D)
         return s[..., :1, None] * (u * filter_factors(s, tau)[..., None, :]) @ vh
     if method == "regularized":
-        q, sigma = regularized_polar(x, CUBE_TAU * tau, steps, power_iters)  # (B, N, D), (B,)
-        cube = q @ (q.mT @ q) if x.shape[-2] >= x.shape[-1] else (q @ q.mT) @ q  # U ψ³ Vᵀ
-        return sigma[..., None, None] * cube
+        return regularized_cube(x, CUBE_TAU * tau, steps, power_iters)  # σ̂ U ψ³ Vᵀ
     y, sigma = polar_factor(x, steps, power_iters)  # (B, N, D), (B,)
     return sigma[..., None, None] * y
 

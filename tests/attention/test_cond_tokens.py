@@ -106,13 +106,22 @@ def test_a_poor_sigma_estimate_cannot_flip_a_direction(tokens, power_iters):
 def real_shape_tokens(kind: str) -> torch.Tensor:
     """Two samples of a recipe's embedded tokens at init, from 1/f-noise images: ViT-B/16's at its
     first block ``(2, 197, 768)``, κ ≈ 170; Swin-B's first stage ``(2, 3136, 128)``, which leave a
-    LayerNorm after a 48-input patch projection: rank about 50, the rest numerically zero."""
+    LayerNorm after a 48-input patch projection: rank about 50, the rest numerically zero; LRA
+    Text's Nyströmformer at its first block ``(2, 4096, 64)``, the second sample padded after
+    3000 bytes (zero rows)."""
     import timm
     from timm.layers import PatchEmbed
+
+    from src.models.lra import LRAClassifier
 
     torch.manual_seed(0)
     images = pink_noise_images(2)
     with torch.no_grad():
+        if kind == "lra_text":
+            net = LRAClassifier(260, 2, 4096, dim=64, depth=1, num_heads=2, head_dim=32, attention="nystrom")
+            ids = torch.randint(1, 260, (2, 4096))
+            mask = torch.arange(4096)[None] < torch.tensor([[4096], [3000]])
+            return entry_tokens(net, "block", (ids, mask))
         if kind == "vit_base":
             vit = timm.create_model("vit_base_patch16_224", depth=1)  # the blocks do not matter here
             return vit._pos_embed(vit.patch_embed(images))
@@ -124,20 +133,33 @@ def relative_distance(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a - b).norm(dim=(-2, -1)) / b.norm(dim=(-2, -1))).max().item()
 
 
-@pytest.mark.parametrize("kind", ["vit_base", "swin_base"])
+@pytest.mark.parametrize("kind", ["vit_base", "swin_base", "lra_text"])
 def test_the_default_agrees_with_the_exact_svd_at_real_shapes(kind):
     """X + C from 14 Newton–Schulz steps equals the SVD's (float64) to 10⁻⁵ in relative Frobenius
     norm, and so does κ (over singular values above 10⁻⁵ σ_max: Swin's null directions stay null
-    in both). Measured: 1.0–1.3·10⁻⁶ (13 steps: 3·10⁻⁵; 12 steps: 1.0–1.2·10⁻², which the last
-    assertion keeps visible: the default's 14 are needed)."""
+    in both). Measured: 0.6–1.3·10⁻⁶ (13 steps: 3·10⁻⁵; 12 steps: 1.0–1.2·10⁻², which the last
+    assertion keeps visible: the default's 14 are needed). Swin's and LRA's tokens take the Gram
+    route (``regularized_cube``), ViT-B's the direct one."""
     x = real_shape_tokens(kind)
     exact = x.double() + token_correction(x.double(), "svd")
     default = x.double() + token_correction(x).double()
     assert relative_distance(default, exact) <= 1e-5
     k_exact, k_default = kappa(exact, nonzero_rtol=1e-5), kappa(default, nonzero_rtol=1e-5)
     torch.testing.assert_close(k_default, k_exact, rtol=1e-4, atol=0)
-    assert k_exact.max() < 2.01 and kappa(x, nonzero_rtol=1e-5).min() > 10  # there was work to do
+    assert k_exact.max() < 2.01 and relative_distance(x.double(), exact) > 0.5  # C is not small
     assert relative_distance(x.double() + token_correction(x, steps=12).double(), exact) > 1e-3
+
+
+def test_the_gram_route_and_the_direct_route_compute_the_same_correction(monkeypatch):
+    """Swin-B's rank-deficient first-stage tokens through the float64 Gram (the default for a
+    matrix 8 times longer than wide) and through Newton–Schulz on X itself: 10⁻⁶ apart."""
+    from src.attention import polar
+
+    x = real_shape_tokens("swin_base")
+    by_gram = token_correction(x)
+    monkeypatch.setattr(polar, "GRAM_ROUTE_RATIO", 10**9)
+    direct = token_correction(x)
+    assert relative_distance(x + by_gram, x + direct) <= 1e-5 and not torch.equal(by_gram, direct)
 
 
 def test_the_default_filter_is_psi_cubed_and_close_to_phi():
@@ -253,12 +275,13 @@ def tiny_dynamic_vit() -> torch.nn.Module:
     )
 
 
-def entry_tokens(model: torch.nn.Module, where: str, images: torch.Tensor) -> torch.Tensor:
-    """The ``(B, N, D)`` tokens ``model``'s ``where`` entry passes on, after any correction."""
+def entry_tokens(model: torch.nn.Module, where: str, images: torch.Tensor | tuple) -> torch.Tensor:
+    """The ``(B, N, D)`` tokens ``model``'s ``where`` entry passes on, after any correction
+    (``images``: the input, or a tuple of inputs)."""
     seen = []
     handle = attention.find_token_entry(model, where).observe(seen.append)
     with torch.no_grad():
-        model.eval()(images)
+        model.eval()(*(images if isinstance(images, tuple) else (images,)))
     handle.remove()
     return seen[0]
 
