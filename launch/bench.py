@@ -266,7 +266,12 @@ def main(argv: list[str] | None = None) -> int:
         metavar="RECIPE",
         help=f"the corrections at these recipes' shapes (none named: all): {', '.join(bench_shapes.RECIPES)}",
     )
-    p.add_argument("--shape-batch", type=int, default=2, help="samples a --shapes step is timed at")
+    p.add_argument(
+        "--shape-batch",
+        type=int,
+        default=2,
+        help="samples a --shapes step is timed at (the LRA Nyströmformer's: 32)",
+    )
     p.add_argument("--shape-repeats", type=int, default=3)
     p.add_argument("--out", type=Path, default=Path("outputs/bench/bench.json"))
     p.add_argument(

@@ -3,13 +3,15 @@
 ``python -m launch.bench --skip block model memory overhead --shapes`` (``--shapes vit_base lm_gpt2``
 for some) builds each recipe's model (``standard``, full size, random weights), and times:
 
-- **standard's step**: forward and backward at ``--shape-batch`` samples (2), scaled linearly to
+- **standard's step**: forward and backward at ``--shape-batch`` samples (2; the LRA Nyströmformer's
+  at 32, its recipes' smallest micro-batch), scaled linearly to
   the recipe's micro-batch (the compute of a step is linear in the batch; the optimizer's
   batch-independent update is left out, which makes the ratios below larger, not smaller);
 - **cond_tokens' correction** of the tokens the model's token entry passes on (``where=block``),
-  each method (``regularized``, the default; ``svd``; ``polar``): per sample, so scaled the same
-  way; on a causal decoder the vocabulary map ``M`` from the embedding table instead (``eigh``
-  for ``svd``, Newton–Schulz for the others), once per step whatever the batch;
+  each method (``regularized``, the default; ``svd``; ``polar``), timed on the recipe's whole
+  micro-batch (the entry's tokens at ``--shape-batch`` samples, repeated); on a causal decoder
+  the vocabulary map ``M`` from the embedding table instead (``eigh`` for ``svd``, Newton–Schulz
+  for the others), once per step whatever the batch;
 - **spectral's svd-mode correction** of every head of ``W_Q``, ``W_K``, ``W_V`` (``targets=qkv``,
   the reading's; the default ``targets=q`` costs a third), each method (``newton_schulz``, the
   default; ``eigh``): once per forward, whatever the batch.
@@ -18,8 +20,9 @@ Each is reported as ``ratio = 1 + correction / standard's step`` at the recipe's
 (decomposition time over step time, not a timed step with the variant), and as matrix-product
 GFLOP (``torch.utils.flop_counter``; a factorisation's own work is not counted, so ``svd`` and
 ``eigh`` show their products only): on a GPU the step runs in bf16 and the correction in IEEE
-fp32 or fp64, so the GFLOP ratio times the bf16/fp32 throughput ratio of the card bounds the GPU's
-ratio, and a factorisation adds a per-matrix cuSOLVER call and a host sync
+fp32 or fp64, so the GFLOP ratio times the card's bf16-to-fp32 (or fp64) throughput ratio
+estimates the correction's share there, and a factorisation adds a per-matrix cuSOLVER call and
+a host sync
 (docs/benchmark.md, "Variant costs at the recipes' shapes").
 
 The recipes (:data:`RECIPES`) name their configs; ``tests/launch/test_bench_shapes.py`` checks the
@@ -57,13 +60,16 @@ class Recipe:
     samples at ``length`` tokens, ``batch`` the recipe's micro-batch (``task.batch_size``);
     ``length_scale``: the recipe's tokens per sample over the measured ones (a causal LM is timed
     at a shorter sequence: its step is close to linear in the length, its correction independent
-    of it). ``configs``: the files the numbers come from."""
+    of it). ``measure_batch``: the samples its step is timed at when not ``--shape-batch`` (a tiny
+    model's step at 2 samples is mostly per-call overhead). ``configs``: the files the numbers
+    come from."""
 
     build: Callable[[], nn.Module]
     inputs: Callable[[int], tuple[torch.Tensor, ...]]
     batch: int
     configs: tuple[str, ...]
     length_scale: float = 1.0
+    measure_batch: int | None = None
 
 
 def _timm(name: str) -> Callable[[], nn.Module]:
@@ -149,11 +155,15 @@ RECIPES: dict[str, Recipe] = {
         _timm("xcit_medium_24_p16_224"), _images, 128, ("task/imagenet", "backbone/xcit_medium")
     ),
     "davit_base": Recipe(_timm("davit_base"), _images, 128, ("task/imagenet", "backbone/davit_base")),
-    "lra_listops": Recipe(*_lra(2048), 32, ("task/lra_listops", "backbone/nystromformer")),
-    "lra_text": Recipe(*_lra(4096), 32, ("task/lra_text", "backbone/nystromformer")),
-    "lra_retrieval": Recipe(*_lra(4096, dual=True), 32, ("task/lra_retrieval", "backbone/nystromformer")),
-    "lra_image": Recipe(*_lra(1024), 256, ("task/lra_image", "backbone/nystromformer")),
-    "lra_pathfinder": Recipe(*_lra(1024), 256, ("task/lra_pathfinder", "backbone/nystromformer")),
+    "lra_listops": Recipe(*_lra(2048), 32, ("task/lra_listops", "backbone/nystromformer"), measure_batch=32),
+    "lra_text": Recipe(*_lra(4096), 32, ("task/lra_text", "backbone/nystromformer"), measure_batch=32),
+    "lra_retrieval": Recipe(
+        *_lra(4096, dual=True), 32, ("task/lra_retrieval", "backbone/nystromformer"), measure_batch=32
+    ),
+    "lra_image": Recipe(*_lra(1024), 256, ("task/lra_image", "backbone/nystromformer"), measure_batch=32),
+    "lra_pathfinder": Recipe(
+        *_lra(1024), 256, ("task/lra_pathfinder", "backbone/nystromformer"), measure_batch=32
+    ),
     "lra_transformer_listops": Recipe(
         *_lra(
             2000, attention="softmax", dim=512, depth=6, num_heads=8, head_dim=64, mlp_dim=2048, pool="cls"
@@ -218,6 +228,12 @@ def _entry_tokens(model: nn.Module, inputs: tuple[torch.Tensor, ...]) -> list[to
     return seen
 
 
+def _tiled(tokens: torch.Tensor, batch: int) -> torch.Tensor:
+    """``tokens (b, N, D)`` repeated to ``(batch, N, D)``: the correction is timed on the recipe's
+    whole micro-batch, as its batched products run (a small batch would overstate them)."""
+    return tokens.repeat(-(-batch // len(tokens)), 1, 1)[:batch].contiguous()
+
+
 def _spectral_weights(model: nn.Module, method: str) -> Callable[[], None]:
     """Computing every parametrized weight of ``model`` with spectral's svd mode on W_Q, W_K, W_V."""
     corrected = attention.apply(copy.deepcopy(model), "spectral", mode="svd", targets="qkv", method=method)
@@ -254,9 +270,9 @@ def measure(name: str, recipe: Recipe, b: int, repeats: int) -> dict[str, Any]:
         for form, method in TOKEN_METHODS.items():
             how = "eigh" if method == "svd" else "newton_schulz"
             fn = lambda how=how: vocabulary_map(table, method=how)  # noqa: E731
-            out["forms"][form] = {"method": method, "per": "step", **_cost(fn, 1, repeats)}
+            out["forms"][form] = {"method": method, "per": "step", **_cost(fn, repeats)}
     else:
-        tokens = _entry_tokens(model, inputs)
+        tokens = [_tiled(t, recipe.batch) for t in _entry_tokens(model, inputs)]  # the recipe's batch
         out["tokens"] = " + ".join(f"{t.shape[1]}×{t.shape[2]}" for t in tokens)
         for form, method in TOKEN_METHODS.items():
 
@@ -265,19 +281,20 @@ def measure(name: str, recipe: Recipe, b: int, repeats: int) -> dict[str, Any]:
                     for t in tokens:
                         token_correction(t, method)
 
-            out["forms"][form] = {"method": method, "per": "sample", **_cost(fn, scale, repeats)}
+            out["forms"][form] = {"method": method, "per": "sample", **_cost(fn, repeats)}
     for form, method in SPECTRAL_METHODS.items():
         fn = _spectral_weights(model, method)
-        out["forms"][form] = {"method": method, "per": "step", **_cost(fn, 1, repeats)}
+        out["forms"][form] = {"method": method, "per": "step", **_cost(fn, repeats)}
     for cost in out["forms"].values():
         cost["ratio"] = 1 + cost["ms"] / out["step_ms"]
         cost["gflop_ratio"] = cost["gflop"] / out["step_gflop"]
     return out
 
 
-def _cost(fn: Callable[[], Any], scale: float, repeats: int) -> dict[str, float]:
-    """``fn``'s time (ms) and GFLOP, times ``scale`` (per-sample work: to the recipe's batch)."""
-    return {"ms": 1000 * _timed(fn, repeats) * scale, "gflop": _gflop(fn) * scale}
+def _cost(fn: Callable[[], Any], repeats: int) -> dict[str, float]:
+    """``fn``'s time (ms) and GFLOP: ``fn`` does a step's whole work (``per``: ``sample`` when that
+    work grows with the micro-batch, ``step`` when it does not)."""
+    return {"ms": 1000 * _timed(fn, repeats), "gflop": _gflop(fn)}
 
 
 def shape_costs(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
@@ -286,7 +303,7 @@ def shape_costs(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     out = {}
     for n in names:
         print(f"shapes: {n} ({RECIPES[n].batch} a micro-batch)", file=sys.stderr, flush=True)
-        out[n] = measure(n, RECIPES[n], args.shape_batch, args.shape_repeats)
+        out[n] = measure(n, RECIPES[n], RECIPES[n].measure_batch or args.shape_batch, args.shape_repeats)
     return out
 
 
