@@ -34,15 +34,18 @@ tensor (no absolute positions; DaViT's first stage does not downsample).
 
 Option ``method`` (how ``C`` is computed; docs/methods.md#cond_tokens, docs/benchmark.md):
 
-* ``regularized`` (default): matmuls only, in IEEE fp32 (the Gram route in fp64) with autocast
-  off. ``Q = X (XᵀX +
+* ``regularized`` (default): matmuls only, autocast off. ``Q = X (XᵀX +
   τ'²σ̂² I)^{-½} = U ψ(Σ) Vᵀ``, ``ψ(t) = t / √(t² + τ'²)`` (``t = σ_i/σ_max``), is the top block
   of the polar factor of ``X`` stacked on ``τ'σ̂ I`` (:func:`.polar.regularized_polar`,
   ``steps`` Newton–Schulz steps: that stacked matrix has singular values in ``[τ', 1]``, so
   the iteration converges on every direction, X's numerically zero ones included), and
   ``C = σ̂ · Q QᵀQ = σ̂ U ψ(Σ)³ Vᵀ``, ``σ̂`` from ``power_iters`` power iterations on the Gram
-  squared four times (a matrix 8 times longer than wide takes the same function through its
-  float64 Gram: :func:`.polar.regularized_cube`). [reading] With ``τ' = τ·√(2/3)`` the filter
+  squared four times. A matrix at least twice as long as wide (every recipe's tokens) computes
+  the same function through its ``m×m`` Gram in float64, ``C = X (XᵀX + τ'²σ̂² I)^{-3/2} XᵀX``
+  with the inverse root by ``steps`` coupled Newton–Schulz steps
+  (:func:`.polar.regularized_cube`; 0.37 of the direct route's flops at ViT-B's shape, 0.12
+  at Swin-B's); a squarer one iterates on ``X`` itself in IEEE fp32. [reading] With
+  ``τ' = τ·√(2/3)`` the filter
   ``ψ³ = (t² / (t² + ⅔τ²))^{3/2}`` is ``svd``'s ``φ`` to ``O(τ⁴/t⁴)`` (``1 − τ²/t²`` both):
   where no singular value lies within a decade of ``τ σ_max`` the two corrections agree to the
   iteration's precision; inside that decade the filters differ by at most 0.06 (``φ`` at
@@ -52,7 +55,7 @@ Option ``method`` (how ``C`` is computed; docs/methods.md#cond_tokens, docs/benc
   ``tests/attention/test_cond_tokens.py``. Why it is the default: on a GPU the SVD is a
   per-sample cuSOLVER call (batched SVD takes only matrices up to 32×32) with a host sync;
   this is a few batched products (the costs at every recipe's shape:
-  ``python -m launch.bench --skip block model memory overhead --shapes``).
+  ``python -m launch.bench --skip block model memory overhead --shapes``; docs/benchmark.md).
 * ``svd``: the exact thin SVD, one per sample and forward pass (the cost the summaries of P3
   name), and the filter factors ``φ`` above; the method the readings ``cond_tokens_block`` and
   ``cond_tokens_embed`` were measured with (they pin it);
@@ -82,8 +85,8 @@ methods (:func:`.polar.gram_inverse_root_ns`; the same ``M`` for ``κ(E) ≤ 10�
 apply to the table. The conditioning monitor measures the conditioned table through the entry
 (``TokenEntry.table``).
 
-The correction is computed in fp32 (the vocabulary map in fp64) outside autocast, with float32
-products in IEEE fp32 (no TF32), then cast to the tokens' dtype.
+The correction is computed in fp32 (the Gram route and the vocabulary map in fp64) outside
+autocast, with float32 products in IEEE fp32 (no TF32), then cast to the tokens' dtype.
 """
 
 from __future__ import annotations

@@ -240,51 +240,46 @@ def _newton_schulz(x: Tensor, g: Tensor, top: Tensor, scales: tuple[float, ...])
     return y
 
 
-#: Newton–Schulz steps and floor of the Gram's square root in :func:`regularized_cube`'s Gram route:
-#: 18 steps reach every eigenvalue of ``√(G/λ_max)`` above 10⁻⁶ (``newton_schulz_scales(18, 1e6)``).
-SQRT_STEPS, SQRT_FLOOR = 18, 1e-6
 #: :func:`regularized_cube` works on the ``m×m`` Gram (float64) when the matrix is at least this
-#: many times longer than wide: its cost is ``4m²M + 220m³`` float64 flops against
-#: ``56m²(M + m)`` float32 on the matrix itself (``m = min(N, D)``, ``M = max(N, D)``).
-GRAM_ROUTE_RATIO = 8
+#: many times longer than wide (``m = min(N, D)``, ``M = max(N, D)``): its cost is about
+#: ``4m²M + 100m³`` float64 flops against ``56m²(M + m)`` float32 on the matrix itself, fewer from
+#: ``M = m`` on where float64 runs at float32's rate (an H100's or A100's tensor cores), from
+#: ``M ≈ 3m`` on a CPU (float64 at half rate). [reading] 2: every recipe's tokens (ViT-B 197×768,
+#: XCiT-M 197×512, Swin-B 3136×128, LRA 1024–4096×64, Crammed BERT 128×768) take it.
+GRAM_ROUTE_RATIO = 2
 
 
 def regularized_cube(x: Tensor, tau: float, steps: int = 14, power_iters: int = 24) -> Tensor:
     """``σ̂ · U ψ(Σ/σ̂)³ Vᵀ`` for each matrix ``X = U Σ Vᵀ`` of ``x (…, N, D)``, ``ψ(t) = t / √(t² +
-    τ²)``, same shape and dtype: ``σ̂ Q QᵀQ`` with ``Q`` from :func:`regularized_polar`, matmuls only.
+    τ²)``, same shape and dtype, matmuls only.
 
-    A matrix at least :data:`GRAM_ROUTE_RATIO` times longer than wide (LRA's 4096×64 tokens,
-    Swin's 3136×128) takes the Gram route instead, in float64: ``S = (G/σ̂²)^{½}`` of its ``m×m``
-    Gram by :data:`SQRT_STEPS` coupled Newton–Schulz steps (eigenvalues ``t`` above
-    :data:`SQRT_FLOOR`; the Gram's rounding, 10⁻¹⁶, becomes 10⁻⁸ in ``t``, fp32's own), then the
-    polar factor of ``[S; τI]`` (``steps``, as above), whose blocks are ``V ψ Vᵀ`` and
-    ``τ V (t² + τ²)^{-½} Vᵀ``, give ``h = V (ψ³/t) Vᵀ`` (bounded: ``ψ³/t ≤ 0.39/τ``, zero at 0)
-    and the correction ``X h`` (or ``h X``). The same matrix as the direct route (1·10⁻⁶ from
-    the SVD's on Swin-B's and LRA's tokens, either route), at a quarter of its cost there.
+    A matrix at least :data:`GRAM_ROUTE_RATIO` times longer than wide (every recipe's tokens)
+    takes the Gram route, in float64: with ``G' = G/σ̂²`` its ``m×m`` Gram (eigenvalues ``t²``)
+    and ``A = G' + τ²I`` (eigenvalues ``t² + τ²``, square roots in ``[τ, ~1]``), ``Z = A^{-½}``
+    by ``steps`` coupled Newton–Schulz steps (:func:`_coupled_newton_schulz`, the schedule of
+    the direct route: its eigenvalues follow the same cubic), then ``h = Z³ G' = V ψ³/t Vᵀ``
+    (bounded: ``ψ³/t ≤ 0.39/τ``, zero at ``t = 0``) and the correction ``X h`` (or ``h X``).
+    Since ``Q = X A^{-½}/σ̂``, that is ``σ̂ Q QᵀQ`` of the direct route. The Gram's rounding
+    (10⁻¹⁶ in float64) stays below fp32's own; measured against the SVD (float64): 7·10⁻⁷ on
+    ViT-B's tokens, 10⁻⁸–10⁻⁷ on Swin-B's and LRA Text's (``tests/attention/test_cond_tokens.py``).
+
+    Otherwise (and for ``tau = 0``, where ``ψ³/t = 1/t`` is unbounded) the direct route:
+    ``σ̂ Q QᵀQ`` with ``Q`` from :func:`regularized_polar`, in the dtype of ``x``.
     """
     n, d = x.shape[-2:]
     tall = n >= d
-    if tau == 0 or max(n, d) < GRAM_ROUTE_RATIO * min(n, d):  # tau = 0: ψ³/t = 1/t, unbounded
+    if tau == 0 or max(n, d) < GRAM_ROUTE_RATIO * min(n, d):
         q, sigma = regularized_polar(x, tau, steps, power_iters)  # (…, N, D), (…)
         cube = q @ (q.mT @ q) if tall else (q @ q.mT) @ q  # U ψ³ Vᵀ
         return sigma[..., None, None] * cube
     x64 = x.double()
     g = x64.mT @ x64 if tall else x64 @ x64.mT  # (…, m, m)
     top = _power_iteration(g, power_iters, SQUARINGS).square()  # σ̂², (…)
-    a = g / top[..., None, None].clamp_min(torch.finfo(g.dtype).tiny)
-    root, _, s = _coupled_newton_schulz(a, newton_schulz_scales(SQRT_STEPS, 1 / SQRT_FLOOR))
-    root = root * s.sqrt()  # S = √(G/σ̂²), (…, m, m)
-    root = (root + root.mT) / 2
-    m = g.shape[-1]
-    eye = torch.eye(m, dtype=g.dtype, device=g.device)
-    stacked = torch.cat([root, (tau * eye).expand_as(root)], dim=-2)  # (…, 2m, m)
-    top_stacked = torch.full_like(top, math.sqrt(1 + tau**2))
-    max_kappa = 1.1 / tau if tau > 0 else MAX_KAPPA
-    y = _newton_schulz(
-        stacked, root @ root + tau**2 * eye, top_stacked, newton_schulz_scales(steps, max_kappa)
-    )
-    psi, inverse = y[..., :m, :], y[..., m:, :]  # V ψ Vᵀ, τ V (t² + τ²)^{-½} Vᵀ
-    h = psi @ (psi @ inverse) / tau  # V ψ³/t Vᵀ, (…, m, m)
+    g = g / top[..., None, None].clamp_min(torch.finfo(g.dtype).tiny)  # G', eigenvalues t² in [0, ~1]
+    eye = torch.eye(g.shape[-1], dtype=g.dtype, device=g.device)
+    _, z, s = _coupled_newton_schulz(g + tau**2 * eye, newton_schulz_scales(steps, 1.1 / tau))
+    z = z / s.sqrt()  # A^{-½} = V (t² + τ²)^{-½} Vᵀ, (…, m, m)
+    h = z @ (z @ (z @ g))  # V ψ³/t Vᵀ: each product bounded (t²/(t²+τ²)^{k/2}, k = 1, 2, 3)
     return (x64 @ h if tall else h @ x64).to(x.dtype)
 
 

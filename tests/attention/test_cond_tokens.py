@@ -137,9 +137,9 @@ def relative_distance(a: torch.Tensor, b: torch.Tensor) -> float:
 def test_the_default_agrees_with_the_exact_svd_at_real_shapes(kind):
     """X + C from 14 Newton–Schulz steps equals the SVD's (float64) to 10⁻⁵ in relative Frobenius
     norm, and so does κ (over singular values above 10⁻⁵ σ_max: Swin's null directions stay null
-    in both). Measured: 0.6–1.3·10⁻⁶ (13 steps: 3·10⁻⁵; 12 steps: 1.0–1.2·10⁻², which the last
-    assertion keeps visible: the default's 14 are needed). Swin's and LRA's tokens take the Gram
-    route (``regularized_cube``), ViT-B's the direct one."""
+    in both). Measured: ViT-B 7·10⁻⁷, Swin-B 7·10⁻⁸, LRA Text 1·10⁻⁸ (13 steps: 2–3·10⁻⁵; 12
+    steps: about 10⁻², which the last assertion keeps visible: the default's 14 are needed). All
+    three take the Gram route (``regularized_cube``); the direct one is the next test's."""
     x = real_shape_tokens(kind)
     exact = x.double() + token_correction(x.double(), "svd")
     default = x.double() + token_correction(x).double()
@@ -150,12 +150,14 @@ def test_the_default_agrees_with_the_exact_svd_at_real_shapes(kind):
     assert relative_distance(x.double() + token_correction(x, steps=12).double(), exact) > 1e-3
 
 
-def test_the_gram_route_and_the_direct_route_compute_the_same_correction(monkeypatch):
-    """Swin-B's rank-deficient first-stage tokens through the float64 Gram (the default for a
-    matrix 8 times longer than wide) and through Newton–Schulz on X itself: 10⁻⁶ apart."""
+@pytest.mark.parametrize("kind", ["vit_base", "swin_base"])
+def test_the_gram_route_and_the_direct_route_compute_the_same_correction(kind, monkeypatch):
+    """ViT-B's tokens and Swin-B's rank-deficient first-stage tokens through the float64 Gram (the
+    default for a matrix twice as long as wide or more) and through Newton–Schulz on X itself
+    (fp32): 10⁻⁶ apart."""
     from src.attention import polar
 
-    x = real_shape_tokens("swin_base")
+    x = real_shape_tokens(kind)
     by_gram = token_correction(x)
     monkeypatch.setattr(polar, "GRAM_ROUTE_RATIO", 10**9)
     direct = token_correction(x)
