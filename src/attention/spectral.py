@@ -162,13 +162,9 @@ class Spectral(Variant):
     lam: float = 10.0
     targets: Literal["q", "k", "v", "qk", "qv", "kv", "qkv"] = "q"
     detach: bool = True
-    #: mode=svd: how U Vᵀ is computed (module docstring); ``None`` (the config's null) is the default.
-    method: Literal["newton_schulz", "eigh"] = "newton_schulz"
-
-    def __post_init__(self) -> None:
-        if self.method is None:  # conf/attn/spectral.yaml: null, out of the record identity
-            self.method = "newton_schulz"
-        super().__post_init__()
+    #: mode=svd: how U Vᵀ is computed (module docstring); ``None`` (the config's null, which keeps
+    #: earlier records' identity) is ``newton_schulz``.
+    method: Literal["newton_schulz", "eigh"] | None = None
 
     def modify(self, model: nn.Module, sites: list[AttentionSite]) -> None:
         by_linear: dict[nn.Linear, list[tuple[Projection, AttentionSite]]] = defaultdict(list)
@@ -182,7 +178,7 @@ class Spectral(Variant):
                 parametrization: nn.Module = AddFixedCorrection(correction)
             else:
                 blocks = [(p.start, s.num_heads, s.head_dim) for p, s in owned]
-                parametrization = AddSpectralShift(blocks, self.detach, self.method)
+                parametrization = AddSpectralShift(blocks, self.detach, self.method or "newton_schulz")
             parametrize.register_parametrization(linear, "weight", parametrization)
 
     def touches(self) -> dict[str, str]:

@@ -171,6 +171,7 @@ def test_the_svd_reading_keeps_its_identity_and_computes_by_newton_schulz(tmp_pa
     (``method`` null, out of the identity), and null builds the default, Newton–Schulz."""
     attn = compose(["experiment=readings/digits", "reading=spectral_svd"], tmp_path).attn
     assert attn.method is None and (attn.mode, attn.targets) == ("svd", "qkv")
-    assert attention.build("spectral", mode="svd", method=None).method == "newton_schulz"
+    default = attention.apply(tiny_model("vit"), "spectral", mode="svd", method=None)
+    assert default.blocks[0].attn.qkv.parametrizations.weight[0].method == "newton_schulz"
     model = attention.apply(tiny_model("vit"), "spectral", mode="svd", method="eigh")
     assert model.blocks[0].attn.qkv.parametrizations.weight[0].method == "eigh"
