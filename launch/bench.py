@@ -13,7 +13,10 @@ variants so that machine noise hits them alike, and prints a table and writes JS
 3. the runner's overhead: the suite's loop (``src.engine``) against a bare PyTorch loop on
    the same model, data, optimizer and schedule, as a ratio of time per step;
 4. time to quality (``--quality``): for embedded tasks, the steps each variant needs to reach
-   ``standard``'s final validation loss (median over seeds), as a ratio to ``standard``'s steps.
+   ``standard``'s final validation loss (median over seeds), as a ratio to ``standard``'s steps;
+5. the corrections at the recipes' shapes (``--shapes``): ``cond_tokens``' (each method) and
+   ``spectral``'s svd mode (each method) on every recipe's model, against ``standard``'s step at the
+   recipe's micro-batch (:mod:`launch.bench_shapes`).
 
 On a CPU the bench flushes denormal floats to zero (``--no-flush-denormal`` keeps them): x86
 cores compute with denormals many times slower, and a variant that saturates the softmax
@@ -24,7 +27,7 @@ compute with denormals at full speed, so the switch only acts on a CPU. Training
 too (``trainer.flush_denormal``, default on; ``src/engine/loop/numerics.py``).
 
 This module times steps (1, 2) and is the command; the two measurements that train through the
-suite (3, 4) are :mod:`launch.bench_training`'s.
+suite (3, 4) are :mod:`launch.bench_training`'s, the recipes' shapes (5) :mod:`launch.bench_shapes`'.
 """
 
 from __future__ import annotations
@@ -44,11 +47,15 @@ from torch import nn
 from src import attention
 from src.engine.record.files import RecordError, check_writable_file, write_atomic
 
+from . import bench_shapes
 from .bench_training import runner_overhead, time_to_quality
 
-#: Other forms worth timing beside each variant at its defaults: the options that change the work.
+#: Other forms worth timing beside each variant at its defaults: the options that change the work
+#: (``spectral_svd`` at its default method, Newton–Schulz; ``*_eigh``/``*_svd`` the factorisations).
 EXTRA_FORMS: dict[str, tuple[str, dict[str, Any]]] = {
     "spectral_svd": ("spectral", {"mode": "svd"}),
+    "spectral_svd_eigh": ("spectral", {"mode": "svd", "method": "eigh"}),
+    "cond_tokens_svd": ("cond_tokens", {"method": "svd"}),
     "cond_tokens_polar": ("cond_tokens", {"method": "polar"}),
 }
 #: The forms benchmarked: every registered variant at its defaults (``attention.VARIANTS``, so a
@@ -57,7 +64,15 @@ FORMS: dict[str, tuple[str, dict[str, Any]]] = {
     **{name: (name, {}) for name in attention.VARIANTS},
     **{form: spec for form, spec in EXTRA_FORMS.items() if spec[0] in attention.VARIANTS},
 }
-TARGETS = {"spectral": 1.01, "cond_init": 1.01, "mimetic": 1.01, "precond": 1.05, "cond_tokens_polar": 1.10}
+TARGETS = {
+    "spectral": 1.01,
+    "cond_init": 1.01,
+    "mimetic": 1.01,
+    "precond": 1.05,
+    "cond_tokens": 1.10,
+    "cond_tokens_polar": 1.10,
+    "spectral_svd": 1.10,
+}
 
 
 class OneBlock(nn.Module):
@@ -203,6 +218,8 @@ def table(results: dict[str, Any]) -> str:
             lines.append(
                 f"{q['task']:<20} {q['variant']:<12} {steps:>8} {q['reached']}/{q['seeds']:<6} {ratio:>7}"
             )
+    if "shapes" in results:
+        lines += bench_shapes.table(results["shapes"])
     return "\n".join(lines)
 
 
@@ -243,6 +260,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--quality-steps", type=int, help="shorter runs than the tasks' own budgets")
     p.add_argument("--quality-dir", type=Path, default=Path("outputs/bench/quality"))
+    p.add_argument(
+        "--shapes",
+        nargs="*",
+        choices=list(bench_shapes.RECIPES),
+        metavar="RECIPE",
+        help=f"the corrections at these recipes' shapes (none named: all): {', '.join(bench_shapes.RECIPES)}",
+    )
+    p.add_argument(
+        "--shape-batch",
+        type=int,
+        default=2,
+        help="samples a --shapes step is timed at (the LRA Nyströmformer's: 32)",
+    )
+    p.add_argument("--shape-repeats", type=int, default=3)
     p.add_argument("--out", type=Path, default=Path("outputs/bench/bench.json"))
     p.add_argument(
         "--flush-denormal",
@@ -271,6 +302,8 @@ def main(argv: list[str] | None = None) -> int:
         results["overhead"] = runner_overhead(args)
     if args.quality:
         results["quality"] = time_to_quality(args)
+    if args.shapes is not None:
+        results["shapes"] = bench_shapes.shape_costs(args)
     print(f"machine: {results['machine']}")
     print(table(results))
     try:

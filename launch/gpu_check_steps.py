@@ -277,6 +277,7 @@ def decomposition_and_monitor(shape: dict, device: str) -> dict[str, Any]:
     x, _ = batch(2, int(cfg.task.img_size), device)
     monitor = ConditioningMonitor(model)
     return {
+        "cond_tokens_regularized_ms": timed(lambda: token_correction(tokens, "regularized")),  # the default
         "cond_tokens_svd_ms": timed(lambda: token_correction(tokens, "svd")),
         "cond_tokens_polar_ms": timed(lambda: token_correction(tokens, "polar")),
         "tokens_shape": list(shape["tokens"]),
