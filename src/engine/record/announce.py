@@ -31,7 +31,9 @@ def what_trains(cfg: DictConfig) -> str:
 
 
 def with_options(name: str, options: dict[str, Any]) -> str:
-    shown = ", ".join(f"{k}={v}" for k, v in options.items())
+    """``spectral(mode=svd, lam=10.0)``; an option left null (its default, e.g. spectral's
+    ``method``) is not shown."""
+    shown = ", ".join(f"{k}={v}" for k, v in options.items() if v is not None)
     return f"{name}({shown})" if shown else name
 
 
