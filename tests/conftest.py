@@ -80,6 +80,24 @@ def compose(overrides: list[str], output_dir: Path):
         return hydra_compose("config", overrides=[*overrides, f"paths.output_dir={output_dir}", *QUIET])
 
 
+def main_in_process(main: Callable[[list[str]], object], capsys, *args) -> tuple[int, str, str]:
+    """A command's ``main(argv)`` called in this process: (exit status, stdout, stderr)."""
+    try:
+        main([str(a) for a in args])
+        code = 0
+    except SystemExit as exit_:
+        code = exit_.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def one_error_line(text: str) -> str:
+    """``text`` (a command's stderr) as its one ``error:`` line."""
+    lines = text.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), lines
+    return lines[0]
+
+
 def run_cli(
     args: list[str], cwd: Path, env: dict | None = None, timeout: int = 600
 ) -> subprocess.CompletedProcess:

@@ -14,16 +14,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, one_error_line
 
 from src.engine.record.lock import RunLock
-
-
-def one_error_line(text: str) -> str:
-    """``text`` (a command's stderr) as its one ``error:`` line."""
-    lines = text.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), lines
-    return lines[0]
 
 
 def run_module(*args: str, timeout: float = 120, cwd: Path = ROOT) -> subprocess.CompletedProcess:
@@ -184,145 +177,6 @@ def test_planning_a_huge_batch_is_immediate():
     plan = plan_batch(64, 999_999_937, 1)  # a prime accumulation
     assert plan.per_process * plan.accumulate == 64 * 999_999_937 and plan.per_process <= 64
     assert time.monotonic() - started < 2
-
-
-# -- src.sample: ceilings, streaming, a signal, and its minor cases ---------------------------
-
-LM = [
-    "task=lm_char",
-    "task.seq_len=32",
-    "task.batch_size=4",
-    "task.eval_batch_size=8",
-    "trainer.eval_batches=1",
-]
-SHORT = ["trainer.max_steps=3", "trainer.val_every=3", "trainer.monitor_every=0", "trainer.threads=1"]
-
-
-@pytest.fixture(scope="module")
-def lm_run(tmp_path_factory) -> Path:
-    from conftest import compose
-
-    from src.engine import train
-
-    root = tmp_path_factory.mktemp("sample")
-    train(compose([*LM, *SHORT], root), root / "run")
-    return root / "run"
-
-
-def sample(capsys, *args) -> tuple[int, str, str]:
-    """(exit status, stdout, stderr) of ``python -m src.sample <args>`` in this process."""
-    from src.sample import main
-
-    try:
-        main([str(a) for a in args])
-        code = 0
-    except SystemExit as exit_:
-        code = exit_.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
-def test_max_new_tokens_has_a_ceiling(tmp_path, capsys):
-    """src.sample --max-new-tokens 99999999999999999999 ran for ever: now one line, exit 2, before
-    any run folder is read (here there is none); so does --num-samples beyond its own."""
-    code, out, err = sample(capsys, tmp_path / "no-run", "--max-new-tokens", "99999999999999999999")
-    assert code == 2 and out == "" and "is more than the 100,000 one command draws" in one_error_line(err)
-    code, out, err = sample(capsys, tmp_path / "no-run", "--num-samples", "1000001")
-    assert code == 2 and "is more than the 1,000 one command draws" in one_error_line(err)
-
-
-def test_a_nan_temperature_is_one_line_and_a_tiny_one_is_the_argmax(lm_run, capsys):
-    """src.sample --temperature nan or 1e-300 were tracebacks: nan (and inf) are now one line and
-    exit 2; 1e-300 draws the limit it tends to, the greedy text, whatever the seed."""
-    for bad in ("nan", "inf", "-1"):
-        code, out, err = sample(capsys, lm_run, "--temperature", bad)
-        assert code == 2 and out == "" and "--temperature" in one_error_line(err)
-    common = [lm_run, "--start", "The ", "--max-new-tokens", "20"]
-    code, greedy, err = sample(capsys, *common, "--temperature", "0")
-    assert code == 0, err
-    for seed in ("1", "2"):
-        code, tiny, err = sample(capsys, *common, "--temperature", "1e-300", "--seed", seed)
-        assert code == 0, err
-        assert tiny == greedy
-
-
-def test_a_start_that_is_not_utf8_is_one_line(lm_run, capsys):
-    """Invalid UTF-8 in --start was a traceback: one line, exit 2 (argv's bytes 0xff arrive as a
-    lone surrogate, as Python decodes them); the same bytes through a real argv too."""
-    code, out, err = sample(capsys, lm_run, "--start", "caf\udcff")
-    assert code == 2 and out == "" and "--start holds bytes that are not UTF-8" in one_error_line(err)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(
-        [sys.executable, "-m", "src.sample", str(lm_run), "--start", b"caf\xff"],
-        cwd=ROOT, env=env, capture_output=True, timeout=120,
-    )  # fmt: skip
-    assert done.returncode == 2 and b"not UTF-8" in done.stderr and done.stdout == b""
-
-
-def test_samples_stream_and_a_signal_keeps_what_was_drawn(lm_run):
-    """src.sample printed nothing until the end and lost everything on SIGTERM: its text now comes
-    as it is drawn, and SIGTERM ends it with that text printed, one line and status 143."""
-    import select
-    import signal
-
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    args = [str(lm_run), "--start", "The ", "--max-new-tokens", "100000", "--temperature", "1.0"]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "src.sample", *args],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-    )  # fmt: skip
-    try:
-        early = b""
-        deadline = time.monotonic() + 90
-        while len(early) < 40 and time.monotonic() < deadline:  # the prompt and some drawn text
-            ready, _, _ = select.select([proc.stdout], [], [], deadline - time.monotonic())
-            if not ready:
-                break
-            early += os.read(proc.stdout.fileno(), 4096)
-        assert len(early) >= 40, "nothing streamed"
-        assert proc.poll() is None  # 100,000 tokens: still drawing
-        proc.send_signal(signal.SIGTERM)
-        rest, err = proc.communicate(timeout=60)
-    finally:
-        proc.kill()
-        proc.wait()
-    assert proc.returncode == 128 + signal.SIGTERM
-    text = (early + rest).decode("utf-8", errors="replace")
-    assert text.startswith("The ") and text.endswith("\n")
-    stopped = err.decode().strip().splitlines()[-1]
-    assert stopped.startswith("stopped by SIGTERM after 0 of 1 samples and ")
-    drawn = int(stopped.split("samples and ")[1].split()[0])
-    assert 0 < drawn < 100_000 and len(text) > len("The ") + 1  # some drawn, and printed
-
-
-def test_streamed_text_is_the_text_decoded_at_once():
-    """The streaming printer on a byte tokenizer: thousands of random texts with 1- to 4-byte
-    characters, fed a byte at a time, print exactly what decoding all the bytes at once gives."""
-    import io
-    import random
-
-    from src.sample import Printer
-    from tasks.lm.tokenizer import ByteTokenizer
-
-    rng = random.Random(0)
-    alphabet = "aZ \n0é€ßж中😀𝄞"
-    tokenizer = ByteTokenizer()
-    for _ in range(3000):
-        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
-        ids = list(text.encode("utf-8"))
-        out = io.StringIO()
-        printer = Printer(tokenizer, out)
-        for token in ids:
-            printer.add(token)
-        printer.flush()
-        assert out.getvalue() == text == tokenizer.decode(ids)
-    out = io.StringIO()
-    printer = Printer(tokenizer, out)
-    printer.add(0xE2)  # the first byte of €: held, not printed as U+FFFD
-    assert out.getvalue() == ""
-    printer.add(0x82)
-    printer.add(0xAC)
-    assert out.getvalue() == "€"
 
 
 # -- a signal inside a long step: stopped at a micro-batch boundary, resumed exactly ----------

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import compose
+from conftest import compose, main_in_process
 from hydra.utils import instantiate
 from smoke.lra import SMALL_LISTOPS, TINY, write_acl_imdb
 
@@ -65,15 +65,9 @@ def script_validation(monkeypatch, values: list, weights: dict | None = None) ->
     monkeypatch.setattr(Trainer, "evaluate", scripted)
 
 
-def eval_cli(capsys, *args: str) -> tuple[int, str, str]:
+def eval_cli(capsys, *args) -> tuple[int, str, str]:
     """``python -m src.eval <args>`` in this process: (exit status, stdout, stderr)."""
-    try:
-        eval_main([str(a) for a in args])
-        code = 0
-    except SystemExit as exit_:
-        code = exit_.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
+    return main_in_process(eval_main, capsys, *args)
 
 
 @pytest.mark.parametrize("mode", ["max", "min"])

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import main_in_process
 from test_report import write_run
 
 from launch import report
@@ -353,13 +354,7 @@ def eval_cli(capsys, *args) -> tuple[int, str, str]:
     """``python -m src.eval <args>`` in this process: (exit status, stdout, stderr)."""
     from src.eval import main
 
-    try:
-        main([str(a) for a in args])
-        code = 0
-    except SystemExit as exit_:
-        code = exit_.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
+    return main_in_process(main, capsys, *args)
 
 
 def test_a_checkpoint_whose_record_is_a_string_is_one_line(trained_run, tmp_path, capsys):
