@@ -214,64 +214,88 @@ def stages(
     shown = y if levels is None else np.asarray(levels, dtype=float)
     if len(x) != len(y) or len(x) == 0 or len(shown) != len(y):
         raise ValueError(f"stages needs as many steps as values, at least one; got {len(x)} and {len(y)}")
+    sigma = max(noise_level(y), floor, 1e-6 * max(1.0, float(np.ptp(y))))  # 1e-6: above rounding
+    cuts, segs = _segments(x, y, sigma, min_size)
+    walk = _Walk(x, y, shown, 1.0 if higher_is_better else -1.0, start)
+    walk.through(segs)
+    return _summary(cuts, walk.phases, sigma, walk.rise_censored)
+
+
+_Seg = tuple[int, int, bool]  # (first index, last index, flat?)
+
+
+def _segments(x: np.ndarray, y: np.ndarray, sigma: float, min_size: int) -> tuple[list[int], list[_Seg]]:
+    """The cuts of the penalised segmentation (penalty ``σ² log n`` a cut) and each segment as
+    (first index, last index, flat?); a segment of fewer than 3 points is a move, never flat."""
     n = len(y)
     span = float(x[-1] - x[0]) or 1.0
     u = (x - x[0]) / span  # on [0, 1]: the sums stay well conditioned
-    sigma = max(noise_level(y), floor, 1e-6 * max(1.0, float(np.ptp(y))))  # 1e-6: above rounding
-    log_n = math.log(max(n, 2))
-    unit = sigma**2 * log_n
+    unit = sigma**2 * math.log(max(n, 2))
     cuts = segment(u, y, unit, min_size) if n >= 2 * min_size else []
     bounds = [0, *cuts, n]
     sums = _Sums(u, y)
-    sign = 1.0 if higher_is_better else -1.0
-    segs = []  # (first index, last index, flat?)
-    for a, b in zip(bounds[:-1], bounds[1:], strict=True):
-        segs.append((a, b - 1, b - a >= 3 and bool(_cost(sums, a, b, unit)[1])))  # < 3 points: a move
+    segs = [
+        (a, b - 1, b - a >= 3 and bool(_cost(sums, a, b, unit)[1]))
+        for a, b in zip(bounds[:-1], bounds[1:], strict=True)
+    ]
+    return cuts, segs
 
-    phases: list[Phase] = []
 
-    def move(i0: int, i1: int, t0: float, t1: float) -> None:
-        kind: Kind = "rise" if sign * (y[i1] - y[i0]) > 0 else "fall"
-        phases.append(Phase(kind, t0, t1, float(shown[i1])))
+class _Walk:
+    """The phases of a curve's segments, in order: each flat segment a plateau at its mean level, the
+    sloped ones between two plateaus (or before the first) one move; a move still open at the end
+    is censored."""
 
-    prev_end: int | None = None  # last index of the previous plateau
-    pending: int | None = None  # first index of sloped segments not yet assigned to a move
-    for a, b, flat in segs:
-        if not flat:
-            pending = a if pending is None else pending
-            continue
-        level = float(shown[a : b + 1].mean())
-        if prev_end is not None:
-            move(prev_end, a, float(x[prev_end]), float(x[a]))
-        elif pending is not None:
-            move(pending, a, start, float(x[a]))
-        phases.append(
-            Phase(
-                "plateau", start if prev_end is None and pending is None else float(x[a]), float(x[b]), level
-            )
-        )
-        prev_end, pending = b, None
-    rise_censored = False
-    if pending is not None or not any(p.kind == "plateau" for p in phases):
+    def __init__(self, x: np.ndarray, y: np.ndarray, shown: np.ndarray, sign: float, start: float) -> None:
+        self.x, self.y, self.shown, self.sign, self.start = x, y, shown, sign, start
+        self.phases: list[Phase] = []
+        self.rise_censored = False
+
+    def move(self, i0: int, i1: int, t0: float, t1: float) -> None:
+        kind: Kind = "rise" if self.sign * (self.y[i1] - self.y[i0]) > 0 else "fall"
+        self.phases.append(Phase(kind, t0, t1, float(self.shown[i1])))
+
+    def through(self, segs: list[_Seg]) -> None:
+        x = self.x
+        prev_end: int | None = None  # last index of the previous plateau
+        pending: int | None = None  # first index of sloped segments not yet assigned to a move
+        for a, b, flat in segs:
+            if not flat:
+                pending = a if pending is None else pending
+                continue
+            level = float(self.shown[a : b + 1].mean())
+            if prev_end is not None:
+                self.move(prev_end, a, float(x[prev_end]), float(x[a]))
+            elif pending is not None:
+                self.move(pending, a, self.start, float(x[a]))
+            t0 = self.start if prev_end is None and pending is None else float(x[a])
+            self.phases.append(Phase("plateau", t0, float(x[b]), level))
+            prev_end, pending = b, None
+        if pending is not None or not any(p.kind == "plateau" for p in self.phases):
+            self.close(prev_end)
+
+    def close(self, prev_end: int | None) -> None:
+        """The move from the last plateau (or the start) to the curve's end, censored by the run's end."""
         i0 = prev_end if prev_end is not None else 0
-        t0 = float(x[prev_end]) if prev_end is not None else start
-        if i0 < n - 1:
-            move(i0, n - 1, t0, float(x[-1]))
-            rise_censored = True
+        t0 = float(self.x[prev_end]) if prev_end is not None else self.start
+        if i0 < len(self.y) - 1:
+            self.move(i0, len(self.y) - 1, t0, float(self.x[-1]))
+            self.rise_censored = True
 
+
+def _summary(cuts: list[int], phases: list[Phase], sigma: float, open_end: bool) -> Stages:
+    """:class:`Stages` from the phases: the first plateau's length (censored when it is the only
+    phase) and the first rise's (censored when it is the last phase and still open)."""
     first = phases[0] if phases else None
-    censored = first is not None and first.kind == "plateau" and len(phases) == 1
-    first_plateau = first.length if first is not None and first.kind == "plateau" else 0.0
     rises = [i for i, p in enumerate(phases) if p.kind == "rise"]
-    first_rise = phases[rises[0]].length if rises else None
     return Stages(
         cuts=cuts,
         phases=phases,
         noise=sigma,
-        first_plateau=first_plateau,
-        first_rise=first_rise,
-        censored=censored,
-        rise_censored=bool(rises) and rise_censored and rises[0] == len(phases) - 1,
+        first_plateau=first.length if first is not None and first.kind == "plateau" else 0.0,
+        first_rise=phases[rises[0]].length if rises else None,
+        censored=first is not None and first.kind == "plateau" and len(phases) == 1,
+        rise_censored=bool(rises) and open_end and rises[0] == len(phases) - 1,
     )
 
 
