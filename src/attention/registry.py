@@ -2,8 +2,9 @@
 
 A variant is a dataclass whose fields are its options (docs/methods.md#variants) and
 whose ``modify`` method changes a model at the sites it finds. ``@register`` adds it to
-``VARIANTS`` under its ``name``; adding a variant touches its own module and the import
-list in ``src/attention/__init__.py``, nothing else.
+``VARIANTS`` under its ``name``; adding a variant touches its own module and its
+``conf/attn/<name>.yaml``, nothing else: :func:`src.attention.discover` imports every module of
+the package (and every plugin's, by entry point) when the package is imported.
 """
 
 from __future__ import annotations
