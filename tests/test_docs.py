@@ -63,7 +63,9 @@ def test_the_docs_site_builds_strict(tmp_path):
     )
     warnings = [line for line in done.stderr.splitlines() if not line.startswith("INFO")]
     assert done.returncode == 0, "\n".join(warnings)
-    assert (tmp_path / "site" / "api" / "index.html").read_text().count('id="src.attention.apply"')
+    api = (tmp_path / "site" / "api" / "index.html").read_text()
+    for name in ("src.attention.apply", "src.engine.task.Task", "src.engine.task.Task.train_loss"):
+        assert f'id="{name}"' in api, f"docs/api.md does not render {name}"
 
 
 def test_methods_has_a_section_per_variant_and_the_code_cites_it():
