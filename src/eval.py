@@ -54,7 +54,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import torch
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
@@ -62,6 +61,7 @@ from src.engine.experiment import processes
 from src.engine.generated import reading
 from src.engine.loop import evaluation
 from src.engine.loop.model import build_model
+from src.engine.loop.numerics import run_autocast
 from src.engine.record import checkpoint
 from src.engine.record.bounded import RefusedFile, read_bytes
 from src.engine.record.checkpoint import CheckpointError
@@ -278,9 +278,7 @@ def measure(
             )
         recorded = measured
         model = build_model(cfg, task)  # as training built it, before the checkpoint's weights
-        autocast = torch.autocast(
-            dist.device.type, dtype=torch.bfloat16, enabled=cfg.trainer.precision == "bf16"
-        )
+        autocast = run_autocast(dist.device, cfg.trainer.precision)
         batches = cfg.trainer.eval_batches
         result = evaluation.evaluate_checkpoint(
             task, model, dataset, split, opened, dist, autocast, batches, cfg.trainer.num_workers

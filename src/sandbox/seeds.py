@@ -94,6 +94,7 @@ def train_seeds(
     cfg: DictConfig,
     seeds: Sequence[int],
     epochs: int,
+    *,
     data_dir: Path = Path("."),
     overrides: Sequence[str] = (),
     on_epoch: Callable[[int, Tensor], None] | None = None,
@@ -105,7 +106,8 @@ def train_seeds(
     """Train ``seeds`` of ``cfg``'s sandbox for ``epochs`` at once; the curves and the final
     stacked weights (``state[name][i]``: seed ``seeds[i]``'s). ``on_epoch(epoch, acc)`` is called
     after each epoch with the seeds' test accuracies ``(S,)``; ``init``, ``probe_every`` and
-    ``progress``: the module docstring's fine-tuning, probes and resume."""
+    ``progress``: the module docstring's fine-tuning, probes and resume. Past ``epochs``, every
+    argument is by keyword: ten arguments, several of one type, read wrongly by position."""
     from src.engine.loop.data import epoch_order
     from src.engine.loop.optim import build_scheduler
 
@@ -129,7 +131,16 @@ def train_seeds(
         except DamagedProgress as damaged:  # set aside (never resumed, never deleted); start afresh
             set_aside_progress(progress, str(damaged))
             return train_seeds(
-                cfg, seeds, epochs, data_dir, overrides, on_epoch, init, probe_every, progress, progress_every
+                cfg,
+                seeds,
+                epochs,
+                data_dir=data_dir,
+                overrides=overrides,
+                on_epoch=on_epoch,
+                init=init,
+                probe_every=probe_every,
+                progress=progress,
+                progress_every=progress_every,
             )
         if scheduler is not None:
             scheduler.step_update(first * steps_per_epoch)
@@ -450,12 +461,12 @@ def train_one(
         cfg,
         seeds,
         epochs,
-        Path(cfg.paths.data_dir),
-        overrides,
-        report,
-        init and init[0],
-        probe_every,
-        resume,
+        data_dir=Path(cfg.paths.data_dir),
+        overrides=overrides,
+        on_epoch=report,
+        init=init and init[0],
+        probe_every=probe_every,
+        progress=resume,
     )
     if init is not None:
         curves.init_from, curves.init_acc = str(init_from), init[1]

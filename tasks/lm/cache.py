@@ -18,7 +18,8 @@ rows are consecutive lines of its articles).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import os
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +30,7 @@ from torch.utils.data import Dataset
 from src.engine.generated import ensure_generated, hashed_output, progress
 from src.errors import ConfigError
 
+from .corpora import SplitSource
 from .tokenizer import EOT, TextTokenizer
 
 
@@ -46,6 +48,29 @@ def encode_documents(
         if separate:
             ids = [[*doc, tokenizer.eot] for doc in ids]
         yield np.fromiter((i for doc in ids for i in doc), dtype=dtype)
+
+
+def cached_splits(
+    cache: Path,
+    splits: Sequence[str],
+    sources: Sequence[SplitSource],
+    tokenizer: TextTokenizer,
+    column: str,
+    separate: bool,
+) -> list[np.ndarray]:
+    """Each split's tokens from its source's ``column``, cached once under
+    ``cache/<tokenizer>-<fingerprint>/<split>`` (:func:`cached_tokens`; the source's layout, files
+    and column are its fingerprint). The language-model and masked-LM tasks read their splits so."""
+    folder = cache / f"{tokenizer.name}-{tokenizer.fingerprint}"
+    arrays = []
+    for split, source in zip(splits, sources, strict=True):
+        fingerprint = {"layout": source.kind, "files": source.fingerprint(), "column": column}
+        batches = lambda s=source: s.batches(column)  # noqa: E731
+        arrays.append(cached_tokens(folder / split, batches, tokenizer, separate, fingerprint))
+    # Tokenising is done: DataLoader workers forked from here never tokenise (and this
+    # silences `tokenizers`' warning about forking after its thread pool was used).
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    return arrays
 
 
 def cached_tokens(

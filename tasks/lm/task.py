@@ -18,7 +18,6 @@ disk, GPT-2's BPE, tokenised once into memory-mapped arrays, see :mod:`tasks.lm.
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +31,7 @@ from src.engine.generated import counted, ensure_generated
 from src.engine.task import Task
 from src.errors import ConfigError, DataError
 
-from .cache import TokenWindows, cached_tokens
+from .cache import TokenWindows, cached_splits
 from .corpora import HubDataset, find_split, pydoc_topics_text, read_text_file
 from .tokenizer import (
     ByteTokenizer,
@@ -265,23 +264,8 @@ class HubTextCorpus(LanguageModelling):
             train = found.get(self.train_split) or find_split(root, self.train_split, self.dataset)
             return train.batches(self.column)
 
-        self.tokenizer = tok = self.load_tokenizer(data_dir, train_texts, cache)
-        folder = cache / f"{tok.name}-{tok.fingerprint}"
-        arrays = []
-        for split, source in zip(splits, sources, strict=True):
-            fingerprint = {"layout": source.kind, "files": source.fingerprint(), "column": self.column}
-            tokens = cached_tokens(
-                folder / split,
-                lambda s=source: s.batches(self.column),
-                tok,
-                self.separate_documents,
-                fingerprint,
-            )
-            arrays.append(tokens)
-        # Tokenising is done: DataLoader workers forked from here never tokenise (and this
-        # silences `tokenizers`' warning about forking after its thread pool was used).
-        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        return arrays
+        self.tokenizer = self.load_tokenizer(data_dir, train_texts, cache)
+        return cached_splits(cache, splits, sources, self.tokenizer, self.column, self.separate_documents)
 
 
 class TinyStories(HubTextCorpus):

@@ -27,7 +27,6 @@ fine-tuning reads back (:func:`tasks.mlm.wordpiece.pretrained_tokenizer`): ``{"m
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +39,7 @@ from torch import Tensor, nn
 
 from src.engine.task import Task
 from src.errors import ConfigError, DataError
-from tasks.lm.cache import MappedTokens, cached_tokens
+from tasks.lm.cache import MappedTokens, cached_splits
 from tasks.lm.corpora import HubDataset, SplitSource, find_split
 
 from .masking import (
@@ -197,15 +196,8 @@ class MaskedLM(Task):
         """The token arrays of ``splits``, tokenised once into the cache; sets ``self.tokenizer``."""
         sources = self.find_sources(data_dir, splits)
         cache = data_dir / self.cache_dir / self.folder
-        self.tokenizer = tok = self.load_tokenizer(data_dir, sources[0], cache)
-        folder = cache / f"{tok.name}-{tok.fingerprint}"
-        arrays = []
-        for split, source in zip(splits, sources, strict=True):
-            fingerprint = {"layout": source.kind, "files": source.fingerprint(), "column": self.column}
-            batches = lambda s=source: s.batches(self.column)  # noqa: E731
-            arrays.append(cached_tokens(folder / split, batches, tok, True, fingerprint))
-        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # workers forked later never tokenise
-        return arrays
+        self.tokenizer = self.load_tokenizer(data_dir, sources[0], cache)
+        return cached_splits(cache, splits, sources, self.tokenizer, self.column, separate=True)
 
     def find_sources(self, data_dir: Path, splits: tuple[str, ...]) -> list[SplitSource]:
         """Each split's files, or find_split's :class:`DataError` with a line on the tokenizer."""

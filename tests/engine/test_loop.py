@@ -8,7 +8,7 @@ from conftest import compose
 from smoke.classification import TINY_IMAGENET
 
 from src.engine import train
-from src.engine.loop.numerics import flush_denormals, flushing_denormals
+from src.engine.loop.numerics import flush_denormals, flushing_denormals, run_autocast
 from src.engine.loop.trainer import Trainer
 from src.engine.record.files import read_metrics
 
@@ -118,6 +118,18 @@ def test_compiled_model_trains_like_the_eager_one(tmp_path):
     torch.testing.assert_close(
         torch.tensor(losses(compiled)), torch.tensor(losses(eager)), rtol=1e-4, atol=1e-5
     )
+
+
+@pytest.mark.parametrize("precision, dtype", [("bf16", torch.bfloat16), ("fp32", torch.float32)])
+def test_the_runs_autocast_computes_in_its_precision_each_time_it_is_entered(precision, dtype):
+    """The trainer and ``python -m src.eval`` share one autocast: a matmul inside it comes out in the
+    precision's dtype on every entry (the trainer enters the same object each step), fp32 after."""
+    layer, x = torch.nn.Linear(4, 3), torch.randn(2, 4)
+    autocast = run_autocast(torch.device("cpu"), precision)
+    for _ in range(2):
+        with autocast:
+            assert layer(x).dtype == dtype  # (2, 3)
+        assert layer(x).dtype == torch.float32
 
 
 def test_a_cpu_run_flushes_denormals_unless_told_not_and_restores_the_mode_after(tmp_path, monkeypatch):

@@ -370,14 +370,17 @@ def test_a_set_stopped_mid_run_resumes_to_the_same_end(tmp_path):
     saved = tmp_path / "set" / "progress.pt"
     with pytest.raises(Stop):
         train_seeds(
-            cfg, [0, 4], 5, tmp_path, on_epoch=stop_at_3, probe_every=1, progress=saved, progress_every=2
+            cfg, [0, 4], 5, data_dir=tmp_path, on_epoch=stop_at_3, probe_every=1, progress=saved,
+            progress_every=2,
         )
     assert torch.load(saved, weights_only=True)["epoch"] == 2
-    resumed, state = train_seeds(cfg, [0, 4], 5, tmp_path, probe_every=1, progress=saved, progress_every=2)
+    resumed, state = train_seeds(
+        cfg, [0, 4], 5, data_dir=tmp_path, probe_every=1, progress=saved, progress_every=2
+    )
     assert resumed.acc == whole.acc and resumed.loss == whole.loss and resumed.clustering == whole.clustering
     assert all(torch.equal(state[k], whole_state[k]) for k in whole_state)
     with pytest.raises(ConfigError, match="progress of another set"):
-        train_seeds(cfg, [0, 5], 5, tmp_path, progress=saved)
+        train_seeds(cfg, [0, 5], 5, data_dir=tmp_path, progress=saved)
 
 
 def test_sets_trained_apart_join_into_the_set_trained_at_once(tmp_path, capsys):

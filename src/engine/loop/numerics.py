@@ -15,6 +15,9 @@ tolerates (NVIDIA's and PyTorch's guidance). It changes an fp32 GPU run's bits, 
 the device does. What needs full fp32 asks for it: the Grams the variants factorise are float64
 (:mod:`src.attention.polar`), and the conditioning statistics compute with TF32 off
 (:func:`src.conditioning.precision.full_fp32`). A bf16 run's autocast leaves few matmuls in fp32.
+
+The run's autocast (:func:`run_autocast`): ``trainer.precision`` read one way by the trainer and by
+``python -m src.eval``, so a checkpoint is evaluated in the precision it was trained in.
 """
 
 from __future__ import annotations
@@ -53,3 +56,9 @@ def restore_tf32(previous: tuple[str, bool] | None) -> None:
     if previous is not None:
         torch.set_float32_matmul_precision(previous[0])
         torch.backends.cudnn.allow_tf32 = previous[1]
+
+
+def run_autocast(device: torch.device, precision: str) -> torch.autocast:
+    """The autocast a run's forward passes enter for ``trainer.precision``: bf16 on ``device``'s
+    type for ``bf16`` (CPU and GPU), disabled for ``fp32``. Reusable: each ``with`` enters it anew."""
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")

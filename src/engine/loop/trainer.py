@@ -48,6 +48,7 @@ from ..task import Task
 from . import evaluation, preemption
 from .batching import BatchPlan, plan_batch
 from .data import BatchStream, Position, eval_loader, to_device
+from .numerics import run_autocast
 from .preemption import Preempted, PreemptionGuard
 from .progress import make_progress
 from .readings import PendingLosses, reduce_readings
@@ -120,9 +121,7 @@ class Trainer:
             self.model = torch.compile(self.model)
         watch = cfg.monitor_every or cfg.get("collapse_entropy") is not None
         self.monitor = ConditioningMonitor(model) if watch and dist.main else None
-        self.autocast = torch.autocast(
-            dist.device.type, dtype=torch.bfloat16, enabled=cfg.precision == "bf16"
-        )
+        self.autocast = run_autocast(dist.device, cfg.precision)
         self.state = LoopState()
         self.saved_step: int | None = None  # the step of the newest checkpoint
         self._hook_metrics: dict[str, float] | None = None
@@ -134,6 +133,7 @@ class Trainer:
         self.guard: PreemptionGuard | None = None
         self.agreed_signal: int | None = None  # with several processes: the last reduction's
         self.partial: dict[str, Any] | None = None  # a step last.pt holds midway, until it resumes
+        self._monitor_batch: Any = None  # the monitor's fixed batch on the device, drawn at its first call
 
     # -- the loop ------------------------------------------------------------------------
 
@@ -451,7 +451,7 @@ class Trainer:
             log.warning(message)
 
     def _monitor(self) -> dict[str, float]:
-        if not hasattr(self, "_monitor_batch"):
+        if self._monitor_batch is None:
             loader = eval_loader(
                 self.val_set,
                 self.task.eval_batch_size,
