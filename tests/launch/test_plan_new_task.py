@@ -37,7 +37,8 @@ class MostFrequent(ClassificationTask):
         self.seq_len = seq_len
 
     def model_arguments(self) -> dict:
-        return {{"vocab_size": {VOCAB}, "num_classes": {CLASSES}, "max_positions": self.seq_len, "dual": False}}
+        return {{"vocab_size": {VOCAB}, "num_classes": {CLASSES}, "max_positions": self.seq_len,
+                "dual": False}}
 
     def example_inputs(self, device="cpu") -> tuple:
         ids = torch.zeros(1, self.seq_len, dtype=torch.long, device=device)
