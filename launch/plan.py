@@ -17,7 +17,7 @@ without data and without training:
   times the forward-backward passes of a step on all its processes (:func:`micro_batches`).
   Detection counts Mask R-CNN whole: backbone, FPN, RPN head, box and mask heads.
 - **steps**: ``trainer.max_steps``, else ``trainer.max_epochs`` × ⌈train-set size / global
-  batch⌉ with the sizes of :data:`TRAIN_SIZES`.
+  batch⌉ with the size the run's task states (:attr:`src.engine.task.Task.train_size`).
 - **GPU-hours**: steps × (FLOPs / (the GPU's dense bf16 peak, :data:`GPUS`, × the MFU) +
   launches × :data:`LAUNCH_S`): a small model's step is its launches (LRA, GLUE), a large
   one's its FLOPs. The default MFU, :data:`DEFAULT_MFU`, is the one the published costs of the
@@ -33,9 +33,11 @@ without data and without training:
 - **wall time**: a run on the GPUs its ``resources`` ask for, and the whole sweep at ``--gpus N``,
   both at perfect scaling (**[reading]**: a lower bound).
 
-Where a paper states its compute (:data:`PAPER_COMPUTE`), the row shows it beside ours on its
-GPU. Several experiments (``experiment=a,b`` or ``--all``) end with a totals table. Bad input is
-one ``error: …`` line and exit status 2.
+Where a paper states its compute (a reference's :attr:`Reference.rows`), the row shows it beside
+ours on its GPU. No task is named here: what a task's runs need (its training set's size, its
+model's arguments, one sample's shape) each task states itself (:class:`src.engine.task.Task`),
+so that a new task is planned without an edit here. Several experiments (``experiment=a,b`` or
+``--all``) end with a totals table. Bad input is one ``error: …`` line and exit status 2.
 """
 
 from __future__ import annotations
@@ -71,13 +73,15 @@ DEFAULT_GPU = "A100-SXM"
 
 @dataclass(frozen=True)
 class Reference:
-    """A published run the plan can price itself: its overrides, and the GPU-hours its paper states."""
+    """A published run the plan can price itself: its overrides, the GPU-hours its paper states,
+    and the plan's rows (``task/backbone``) that run its recipe and model, which show its cost."""
 
     name: str
     overrides: tuple[str, ...]
     hours: float
     gpu: str
     source: str
+    rows: tuple[str, ...] = ()
 
 
 #: The published costs the plan is calibrated on (the suite quotes both: conf/task/imagenet.yaml,
@@ -91,6 +95,7 @@ REFERENCES: tuple[Reference, ...] = (
         424.0,
         "V100",
         "DeiT-B 300 epochs: 53 h on one node of 8 V100 (Touvron et al., 2021, sec. 6)",
+        ("imagenet/deit_base", "imagenet/vit_base"),
     ),
     Reference(
         "Cramming",
@@ -98,14 +103,9 @@ REFERENCES: tuple[Reference, ...] = (
         24.0,
         "A6000",
         "Cramming: one GPU-day on one RTX A6000 (Geiping & Goldstein, 2022)",
+        ("mlm/crammed_bert",),
     ),
 )
-#: Compute a paper states for one run, keyed ``task`` or ``task/backbone``.
-PAPER_COMPUTE: dict[str, Reference] = {
-    "mlm/crammed_bert": REFERENCES[1],
-    "imagenet/deit_base": REFERENCES[0],
-    "imagenet/vit_base": REFERENCES[0],
-}
 #: **[reading]** host seconds per kernel launch in an eager training step: PyTorch's dispatch,
 #: autograd's bookkeeping and the launch itself, which a GPU waits on when its kernels are small.
 #: Measured 25 µs per aten operation for a whole bare step (forward, backward, AdamW) of a
@@ -120,20 +120,6 @@ LAUNCH_S = 20e-6
 DEFAULT_MFU = 0.217
 MFU_SOURCE = "the reference rows' (DeiT-B on V100, Cramming on A6000): --references"
 
-#: Training-set sizes (samples) of tasks that count their budget in epochs.
-TRAIN_SIZES: dict[str, tuple[int, str]] = {
-    "imagenet": (1_281_167, "ImageNet-1k train (ILSVRC-2012; Russakovsky et al., 2015)"),
-    "coco": (118_287, "COCO train2017 (instances_train2017.json)"),
-    "glue_cola": (8_551, "GLUE CoLA train (Wang et al., 2019; HF datasets glue card)"),
-    "glue_sst2": (67_349, "GLUE SST-2 train"),
-    "glue_mrpc": (3_668, "GLUE MRPC train"),
-    "glue_stsb": (5_749, "GLUE STS-B train"),
-    "glue_qqp": (363_846, "GLUE QQP train"),
-    "glue_mnli": (392_702, "GLUE MNLI train"),
-    "glue_qnli": (104_743, "GLUE QNLI train"),
-    "glue_rte": (2_490, "GLUE RTE train"),
-    "glue_wnli": (635, "GLUE WNLI train"),
-}
 #: Every paper table, as ``--all`` plans it: (name, the sweep's overrides). GLUE's masked-LM
 #: pretraining is its own sweep (conf/experiment/paper/glue.yaml's first command).
 TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -197,10 +183,29 @@ def steps_of(cfg: Any) -> int | None:
     if trainer.get("max_steps"):
         return int(trainer.max_steps)
     epochs = trainer.get("max_epochs")
-    size = TRAIN_SIZES.get(str(cfg.task.name))
-    if not epochs or size is None:
+    size = train_size(cfg) if epochs else None
+    if size is None:
         return None
-    return int(epochs) * math.ceil(size[0] / global_batch(cfg))
+    return int(epochs) * math.ceil(size / global_batch(cfg))
+
+
+def train_size(cfg: Any) -> int | None:
+    """The training set's size as the run's task states it (:attr:`src.engine.task.Task.train_size`):
+    None where only its data tells, or where the task cannot be built before the run (an
+    interpolation only a run resolves); the task's :class:`ConfigError` where it refuses its config,
+    as ``python -m src.run`` would."""
+    from launch.flops import planned_task
+
+    try:
+        size = planned_task(cfg).train_size
+    except Exception as error:  # noqa: BLE001  Hydra's instantiate wraps what a task raises
+        cause: BaseException | None = error
+        while cause is not None and not isinstance(cause, ConfigError):
+            cause = cause.__cause__
+        if cause is not None:
+            raise cause from None
+        return None
+    return None if size is None else int(size)
 
 
 def checkpoint_bytes(params: int, ema: bool = False) -> float:
@@ -274,7 +279,8 @@ def jobs(arguments: list[str]) -> list[tuple[list[str], int]]:
     from launch.wandb_sweep import grid
     from src.cli import check_selections
 
-    check_selections(arguments)
+    if not any(a.lstrip("+~").startswith("hydra.searchpath") for a in arguments):  # Hydra checks those
+        check_selections(arguments)
     values, _ = grid(arguments)
     seeds = len(values.pop("seed", [None]))
     keys = list(values)
@@ -315,11 +321,12 @@ def compose(overrides: list[str]) -> Any:
 
 def check_job(cfg: Any, overrides: list[str]) -> None:
     """Refuse a job ``python -m src.run`` would refuse before any work, by the same checks: its
-    values' ranges and choices, its task and backbone, and (where the training set's size is known,
-    :data:`TRAIN_SIZES`) a global batch of more epochs than a step may span. A plan or a W&B sweep
-    of such a job would count hours, or hand agents runs, that never train."""
+    values' ranges and choices, its task and backbone, its task's own options, and (where the task
+    states its training set's size, :func:`train_size`) a global batch of more epochs than a step
+    may span. A plan or a W&B sweep of such a job would count hours, or hand agents runs, that
+    never train."""
     from src.engine.compatible import check_compatible
-    from src.engine.loop.batching import check_global_batch, plan_batch
+    from src.engine.loop.batching import check_global_batch, plan_for
     from src.engine.schema import check_values
 
     for check in (check_values, check_compatible):
@@ -329,13 +336,13 @@ def check_job(cfg: Any, overrides: list[str]) -> None:
             raise ConfigError(in_job(error, overrides)) from None
         except Exception:  # noqa: BLE001  an interpolation only a run resolves: the run checks again
             pass
-    size = TRAIN_SIZES.get(str(cfg.task.name))
-    if size is not None and cfg.task.get("input") != "detection":
-        batch = plan_batch(int(cfg.task.batch_size), int(cfg.trainer.accumulate), 1)
-        try:
-            check_global_batch(batch, size[0])
-        except ConfigError as error:
-            raise ConfigError(in_job(error, overrides)) from None
+    try:
+        size = train_size(cfg)
+        batch = plan_for(cfg, 1)  # None: detection's batch is per process, and nothing splits it
+        if size is not None and batch is not None:
+            check_global_batch(batch, size)
+    except ConfigError as error:
+        raise ConfigError(in_job(error, overrides)) from None
 
 
 def in_job(error: ConfigError, overrides: list[str]) -> str:
@@ -400,7 +407,7 @@ def plan(
             if share >= 0.5:
                 bound = f"launch-bound: {share:.0%} of its step is {row.launches_per_step:,} launches"
                 row.note = "; ".join(w for w in (row.note, bound) if w)
-        stated = PAPER_COMPUTE.get(f"{row.task}/{row.backbone}") or PAPER_COMPUTE.get(row.task)
+        stated = next((ref for ref in REFERENCES if f"{row.task}/{row.backbone}" in ref.rows), None)
         if stated is not None:
             theirs = row.step_seconds(GPUS[stated.gpu][0], mfu, launch_s)
             ours = steps * theirs / 3600 if theirs is not None and steps is not None else None

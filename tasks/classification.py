@@ -50,6 +50,9 @@ class ImageClassification(ClassificationTask):
         else:
             self.criterion = nn.CrossEntropyLoss()
 
+    def example_inputs(self, device: str | torch.device = "cpu") -> tuple[Tensor]:
+        return (torch.zeros(1, self.in_chans, self.img_size, self.img_size, device=device),)  # (1, C, H, W)
+
     def logits(self, model: nn.Module, batch: tuple[Tensor, Tensor]) -> Tensor:
         return mean_logits(model(batch[0]))
 
@@ -103,6 +106,9 @@ class ImageNet(ImageClassification):
     resizing in training (``augment``, the keys of timm's ``create_transform``), a centre crop in
     evaluation. The loader gives uint8 images ``(3, H, W)``; :meth:`on_device` normalises them with
     ImageNet's mean and std and, in training, erases at random (``augment``'s ``re_*``) there."""
+
+    #: ImageNet-1k's training images (ILSVRC-2012; Russakovsky et al., 2015), for a plan
+    train_size = 1_281_167
 
     def __init__(
         self,

@@ -109,6 +109,9 @@ class SparseModularAddition(ClassificationTask):
 
     # -- what the loop needs ---------------------------------------------------------------
 
+    def example_inputs(self, device: str | torch.device = "cpu") -> tuple[Tensor]:
+        return (torch.zeros(1, self.seq_len, dtype=torch.long, device=device),)  # (1, L) tokens
+
     def datasets(self, data_dir: Path) -> tuple[Dataset, Dataset]:
         g = torch.Generator().manual_seed(self.data_seed)
         train = sparse_modular_addition(self.train_size, self.p, self.seq_len, self.k, g)

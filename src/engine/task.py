@@ -10,6 +10,11 @@ Evaluation (:mod:`src.engine.loop.evaluation`, ``python -m src.eval``, ``trainer
 split through :meth:`Task.eval_dataset`: ``val`` by default, ``test`` where the task's data has one
 (:attr:`Task.eval_splits` lists them).
 
+What a plan asks without data (``python -m launch.plan``, :mod:`launch.flops`): the training set's
+size (:attr:`Task.train_size`), the model's arguments (:meth:`Task.model_arguments`), one sample's
+inputs (:meth:`Task.example_inputs`) and the computation a step runs (:meth:`Task.planned_model`).
+Each task states its own, so that a new task is planned without an edit outside its module.
+
 What a task must give: :meth:`Task.datasets`, :meth:`Task.train_loss`, :meth:`Task.eval_sums`,
 :meth:`Task.model_inputs` (:class:`ClassificationTask` gives the last three for a model that
 returns class logits). What it may change, each a no-op by default: :meth:`Task.collate_fn`,
@@ -30,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import torch
 import torch.nn.functional as F
 from hydra.utils import instantiate
 from omegaconf import DictConfig
@@ -226,6 +232,40 @@ class Task:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what :meth:`state_dict` returned."""
+
+    # -- what a plan asks, without data (python -m launch.plan) -----------------------------
+
+    #: Samples in the training set where the data set fixes it (ImageNet-1k's 1,281,167 images),
+    #: None where only reading the data tells. ``python -m launch.plan`` counts a recipe given in
+    #: epochs with it and refuses a global batch of more epochs than a step may span.
+    train_size: int | None = None
+
+    def model_arguments(self) -> dict[str, Any]:
+        """The arguments :meth:`build_model` adds to ``backbone.model`` (vocabulary, labels,
+        positions), as the config states them without the data: a plan builds the model on the
+        meta device with them. Default: none (``${task.*}`` interpolations carry the rest)."""
+        return {}
+
+    def example_inputs(self, device: str | torch.device = "cpu") -> tuple[Tensor, ...]:
+        """One typical training sample's positional model inputs, zeros with a batch of 1 on
+        ``device``: a plan counts one sample's FLOPs and kernel launches with them."""
+        raise NotImplementedError(f"{type(self).__name__} does not say what one sample of its looks like")
+
+    def planned_model(self, cfg: DictConfig, device: str = "meta") -> tuple[Any, str]:
+        """What one training step computes on :meth:`example_inputs`, built on ``device`` (meta, or
+        the CPU under fake tensors) without data or weights, and a note on what it leaves out:
+        ``cfg.backbone.model`` with :meth:`model_arguments`, ``cfg.attn``'s variant applied where
+        its setup needs no weights (else the backbone alone, as the note says). A task whose step is
+        not its model's forward overrides it (masked-LM pretraining, detection)."""
+        from src import attention
+
+        with torch.device(device):
+            model = instantiate(cfg.backbone.model, _convert_="all", **self.model_arguments())
+        try:
+            attention.apply(model, attention.variant_from_config(cfg.attn))
+        except Exception as e:  # noqa: BLE001  a variant whose setup needs real weights
+            return model, f"{cfg.attn.variant} not applied ({type(e).__name__}): the backbone's FLOPs"
+        return model, ""
 
     # -- training ----------------------------------------------------------------------------
 

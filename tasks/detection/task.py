@@ -19,7 +19,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
 from omegaconf import DictConfig, OmegaConf
+from torch import Tensor
 
 from src.engine.task import Run, Task
 from src.errors import ConfigError, DataError
@@ -143,6 +145,27 @@ class CocoInstanceSegmentation(Task):
                 raise DataError(f"{wanted} lists no categories (task.classes=from_file)")
         return root
 
+    # -- what a plan asks (tasks/detection/planning.py) ---------------------------------------
+
+    #: COCO train2017's images (instances_train2017.json), for a plan
+    train_size: int | None = 118_287
+
+    def example_inputs(self, device: str | torch.device = "cpu") -> tuple[Tensor]:
+        """One typical training image as the recipe resizes it (:func:`.planning.typical_image`)."""
+        from .planning import typical_image
+
+        height, width = typical_image(self.img_scale, self.augment)
+        return (torch.zeros(1, 3, height, width, device=device),)  # (1, 3, H, W)
+
+    def planned_model(self, cfg: DictConfig, device: str = "meta") -> tuple[Any, str]:
+        """mmdet's Mask R-CNN of the run, the variant in its backbone, computing in its parts
+        (:func:`.planning.planned_detector`); classes: the task's, or COCO's 80 where they are
+        COCO's or read from the annotation file (unknown without it)."""
+        from .planning import planned_detector
+
+        classes = len(self._classes) if isinstance(self._classes, tuple) else 80
+        return planned_detector(cfg, classes, self.detector, device)
+
     def fit(self, run: Run) -> dict[str, Any]:
         """Train and validate with mmengine's Runner; what the run reached, for ``summary.json``."""
         require_detection_stack(self.name)  # before the Runner, the data and the first step
@@ -207,6 +230,11 @@ class CocoShapes(CocoInstanceSegmentation):
             kwargs["classes"] = SHAPE_CLASSES
         super().__init__(**kwargs)
         self.spec = ShapesSpec(**(_plain(generate) or {}))
+
+    @property
+    def train_size(self) -> int:
+        """The generated training images (``generate.num_train``)."""
+        return self.spec.num_train
 
     def prepare_data(self, data_dir: Path) -> Path:
         ensure_coco_shapes(Path(data_dir) / self.folder, self.spec)

@@ -36,7 +36,9 @@ from tasks.lm.corpora import HubDataset, SplitSource, find_split
 @dataclass(frozen=True)
 class GlueSpec:
     """One GLUE task: its folder in GLUE's files, its config in the hub's copy, its columns there,
-    its classes in the hub's order (None: a regression), its dev splits and official metrics."""
+    its classes in the hub's order (None: a regression), its dev splits and official metrics, and
+    its training examples as the hub's ``nyu-mll/glue`` card counts them (Wang et al., 2019), with
+    which a plan counts a recipe's epochs."""
 
     name: str
     folder: str
@@ -45,6 +47,7 @@ class GlueSpec:
     labels: tuple[str, ...] | None
     dev_splits: tuple[str, ...]
     metrics: tuple[str, ...]
+    train_size: int
 
     @property
     def test_splits(self) -> tuple[str, ...]:
@@ -65,17 +68,19 @@ _PAIR, _ENTAIL, _DEV, _ACC = (
 )
 # fmt: off
 SPECS: dict[str, GlueSpec] = {s.name: s for s in (
-    GlueSpec("cola", "CoLA", "cola", ("sentence",), ("unacceptable", "acceptable"), _DEV, ("matthews",)),
-    GlueSpec("sst2", "SST-2", "sst2", ("sentence",), ("negative", "positive"), _DEV, _ACC),
-    GlueSpec("mrpc", "MRPC", "mrpc", _PAIR, ("not_equivalent", "equivalent"), _DEV, ("accuracy", "f1")),
-    GlueSpec("stsb", "STS-B", "stsb", _PAIR, None, _DEV, ("pearson", "spearman")),
+    GlueSpec("cola", "CoLA", "cola", ("sentence",), ("unacceptable", "acceptable"), _DEV, ("matthews",),
+             8_551),
+    GlueSpec("sst2", "SST-2", "sst2", ("sentence",), ("negative", "positive"), _DEV, _ACC, 67_349),
+    GlueSpec("mrpc", "MRPC", "mrpc", _PAIR, ("not_equivalent", "equivalent"), _DEV, ("accuracy", "f1"),
+             3_668),
+    GlueSpec("stsb", "STS-B", "stsb", _PAIR, None, _DEV, ("pearson", "spearman"), 5_749),
     GlueSpec("qqp", "QQP", "qqp", ("question1", "question2"), ("not_duplicate", "duplicate"), _DEV,
-             ("accuracy", "f1")),
+             ("accuracy", "f1"), 363_846),
     GlueSpec("mnli", "MNLI", "mnli", ("premise", "hypothesis"), ("entailment", "neutral", "contradiction"),
-             ("dev_matched", "dev_mismatched"), _ACC),
-    GlueSpec("qnli", "QNLI", "qnli", ("question", "sentence"), _ENTAIL, _DEV, _ACC),
-    GlueSpec("rte", "RTE", "rte", _PAIR, _ENTAIL, _DEV, _ACC),
-    GlueSpec("wnli", "WNLI", "wnli", _PAIR, ("not_entailment", "entailment"), _DEV, _ACC),
+             ("dev_matched", "dev_mismatched"), _ACC, 392_702),
+    GlueSpec("qnli", "QNLI", "qnli", ("question", "sentence"), _ENTAIL, _DEV, _ACC, 104_743),
+    GlueSpec("rte", "RTE", "rte", _PAIR, _ENTAIL, _DEV, _ACC, 2_490),
+    GlueSpec("wnli", "WNLI", "wnli", _PAIR, ("not_entailment", "entailment"), _DEV, _ACC, 635),
 )}
 # fmt: on
 

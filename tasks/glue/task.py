@@ -116,6 +116,22 @@ class Glue(Task):
     def regression(self) -> bool:
         return self.spec.labels is None
 
+    @property
+    def num_labels(self) -> int:
+        """The model's outputs: one score for a regression (STS-B), else one logit per class."""
+        return 1 if self.regression else len(self.spec.labels)
+
+    @property
+    def train_size(self) -> int:
+        """GLUE's training examples of the task (:class:`~tasks.glue.formats.GlueSpec`), or the
+        generated ``glue_tiny`` copy's (``<task>_train`` of ``generate``)."""
+        if self.generate:
+            from .generate import GlueTinySpec
+
+            field = f"{self.spec.name}_train"
+            return int(self.generate.get(field, getattr(GlueTinySpec(), field)))
+        return self.spec.train_size
+
     # -- data ------------------------------------------------------------------------------
 
     def datasets(self, data_dir: Path) -> tuple[EncodedExamples, EncodedExamples]:
@@ -189,9 +205,17 @@ class Glue(Task):
     def build_model(self, backbone: DictConfig) -> nn.Module:
         if self.tokenizer is None:
             raise RuntimeError("build_model needs the tokenizer's vocabulary: call datasets() first")
-        labels = 1 if self.regression else len(self.spec.labels)
         vocab = self.tokenizer.vocab_size
-        return instantiate(backbone.model, vocab_size=vocab, num_labels=labels, _convert_="all")
+        return instantiate(backbone.model, vocab_size=vocab, num_labels=self.num_labels, _convert_="all")
+
+    def model_arguments(self) -> dict[str, Any]:
+        """``vocab_size``: the WordPiece trained here, or (**[reading]**) with a checkpoint, whose
+        vocabulary is known only once it is read, the same: the mlm recipe's 32,768 is the default."""
+        return {"vocab_size": self.vocab_size, "num_labels": self.num_labels}
+
+    def example_inputs(self, device: str | torch.device = "cpu") -> tuple[Tensor]:
+        """A sequence of ``seq_len`` tokens, none of them padding (the mask left out)."""
+        return (torch.zeros(1, self.seq_len, dtype=torch.long, device=device),)  # (1, N) token ids
 
     def prepare_model(self, model: nn.Module) -> None:
         """Load the pretrained encoder (after the variant, so a parametrization's keys match)."""

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 import torch.nn.functional as F
 from hydra.utils import instantiate
 from omegaconf import DictConfig
@@ -34,6 +35,7 @@ from src.errors import ConfigError, DataError
 from .cache import TokenWindows, cached_splits
 from .corpora import HubDataset, find_split, pydoc_topics_text, read_text_file
 from .tokenizer import (
+    GPT2_VOCAB,
     ByteTokenizer,
     TextTokenizer,
     gpt2_files_present,
@@ -141,6 +143,14 @@ class LanguageModelling(Task):
         if self.tokenizer is None:
             raise RuntimeError("build_model needs the tokenizer's vocabulary: call datasets() first")
         return instantiate(backbone.model, vocab_size=self.tokenizer.vocab_size, _convert_="all")
+
+    def model_arguments(self) -> dict[str, Any]:
+        """The tokenizer's vocabulary as its kind fixes it: GPT-2's 50,257, ``bpe_vocab_size``, 256 bytes."""
+        sizes = {"gpt2": GPT2_VOCAB, "bpe": self.bpe_vocab_size, "bytes": ByteTokenizer.vocab_size}
+        return {"vocab_size": sizes[self.tokenizer_kind]}
+
+    def example_inputs(self, device: str | torch.device = "cpu") -> tuple[Tensor]:
+        return (torch.zeros(1, self.seq_len, dtype=torch.long, device=device),)  # (1, L) token ids
 
     def train_loss(self, model: nn.Module, batch: Tensor) -> Tensor:  # batch (B, L + 1)
         logits = model(batch[:, :-1])  # (B, L, V)

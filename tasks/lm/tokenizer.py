@@ -26,6 +26,8 @@ from src.errors import DataError
 
 EOT = "<|endoftext|>"
 
+#: GPT-2's vocabulary, 50,257 tokens (its released ``encoder.json``), what a plan sizes the model with
+GPT2_VOCAB = 50_257
 # The file pairs GPT-2's BPE is released as, in the order they are looked for.
 GPT2_FILES = (("vocab.json", "merges.txt"), ("encoder.json", "vocab.bpe"))
 

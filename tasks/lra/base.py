@@ -133,11 +133,18 @@ class LRATask(ClassificationTask):
 
     def build_model(self, backbone: DictConfig) -> nn.Module:
         """The backbone's model, told the vocabulary, classes, positions and towers of this task."""
-        return instantiate(
-            backbone.model,
-            _convert_="all",
-            vocab_size=self.vocab_size,
-            num_classes=self.num_classes,
-            max_positions=self.pad_length,
-            dual=self.dual,
-        )
+        return instantiate(backbone.model, _convert_="all", **self.model_arguments())
+
+    def model_arguments(self) -> dict[str, Any]:
+        return {
+            "vocab_size": self.vocab_size,
+            "num_classes": self.num_classes,
+            "max_positions": self.pad_length,
+            "dual": self.dual,
+        }
+
+    def example_inputs(self, device: str | torch.device = "cpu") -> tuple[Tensor, ...]:
+        """``(ids, mask)`` of ``pad_length`` tokens, every one real (twice for retrieval's two towers)."""
+        ids = torch.zeros(1, self.pad_length, dtype=torch.long, device=device)  # (1, N)
+        mask = torch.ones(1, self.pad_length, dtype=torch.bool, device=device)  # (1, N), True: a token
+        return (ids, mask, ids, mask) if self.dual else (ids, mask)

@@ -82,6 +82,26 @@ class PackedSequences(MappedTokens):
         return torch.from_numpy(self.tokens[at : at + self.seq_len].astype(np.int64)), index
 
 
+class MaskedDecoding:
+    """One training step's computation as :meth:`MaskedLM.train_loss` runs it, for a plan: the
+    encoder on every position, the tied decoder only on the masked ones (``mask_prob`` of them,
+    the mean; **[reading]**), as :func:`tasks.mlm.masking.masked_logits` gathers them."""
+
+    def __init__(self, model: nn.Module, mask_prob: float) -> None:
+        self.model, self.mask_prob = model, mask_prob
+
+    def __call__(self, ids: Tensor) -> Tensor:  # ids (B, N)
+        hidden = self.model.encode(ids)  # (B, N, D)
+        masked = max(1, round(self.mask_prob * ids.shape[1]))
+        return self.model.mlm_logits(hidden[:, :masked])  # (B, M, V)
+
+    def parameters(self) -> Any:
+        return self.model.parameters()
+
+    def train(self) -> None:
+        self.model.train()
+
+
 class MaskedLM(Task):
     """Masked-LM pretraining on a Hugging Face text corpus on disk (module docstring).
 
@@ -219,6 +239,19 @@ class MaskedLM(Task):
         return cached_wordpiece(path, texts, self.vocab_size, source)
 
     # -- model, loss, metrics ------------------------------------------------------------
+
+    def model_arguments(self) -> dict[str, Any]:
+        """The WordPiece's ``vocab_size`` (**[reading]** with ``tokenizer=bert`` too: BERT's vocabulary
+        is known only from its file, and bert-base-uncased's 30,522 is near the default 32,768)."""
+        return {"vocab_size": self.vocab_size}
+
+    def example_inputs(self, device: str | torch.device = "cpu") -> tuple[Tensor]:
+        return (torch.zeros(1, self.seq_len, dtype=torch.long, device=device),)  # (1, N) token ids
+
+    def planned_model(self, cfg: DictConfig, device: str = "meta") -> tuple[Any, str]:
+        """The encoder with the decoder on the masked positions only, as :meth:`train_loss` runs it."""
+        model, note = super().planned_model(cfg, device)
+        return MaskedDecoding(model, self.mask_prob), note
 
     def build_model(self, backbone: DictConfig) -> nn.Module:
         """The backbone's encoder, told the tokenizer's vocabulary."""
