@@ -37,9 +37,9 @@ endif
 # MMCV_CPU=1 builds CPU ops even on a GPU machine (a detection run on that GPU then refuses to start)
 detection: ## install the detection extra, building mmcv 2.1.0's ops for this machine once (CPU ~30 min; MMCV_CACHE; JOBS=n)
 	test -x $(PYTHON) || $(MAKE) install DETECTION=0
-	$(PYTHON) -m launch.mmcv_build --install --cache $(MMCV_CACHE) $(if $(FIND_LINKS),--find-links $(WHEELS)) $(if $(JOBS),--jobs $(JOBS)) $(if $(filter 1,$(MMCV_CPU)),--cpu)
+	$(PYTHON) -m launch.tools.mmcv_build --install --cache $(MMCV_CACHE) $(if $(FIND_LINKS),--find-links $(WHEELS)) $(if $(JOBS),--jobs $(JOBS)) $(if $(filter 1,$(MMCV_CPU)),--cpu)
 	$(PYTHON) -m pip install --find-links $(MMCV_CACHE) -e '.[dev,detection]'
-	$(PYTHON) -m launch.mmcv_build --check --cache $(MMCV_CACHE)
+	$(PYTHON) -m launch.tools.mmcv_build --check --cache $(MMCV_CACHE)
 
 run: ## train the embedded default (digits, attn=precond); ARGS="attn=spectral …" adds overrides
 	$(PYTHON) -m src.run $(ARGS)
@@ -64,11 +64,11 @@ test-full: ## run every test: `make test` then `make test-slow` (what CI runs)
 test-timm: ## timm's own model tests on tiny models of each family, per variant, two at a time; ARGS="precond -- -x"
 	$(PYTHON) tests/timm_upstream/run.py $(ARGS)
 
-bench: ## speed and memory of each attention variant; ARGS="--device cuda …" (python -m launch.bench --help)
-	$(PYTHON) -m launch.bench $(ARGS)
+bench: ## speed and memory of each attention variant; ARGS="--device cuda …" (python -m launch.tools.bench --help)
+	$(PYTHON) -m launch.tools.bench $(ARGS)
 
 gpu-check: ## the GPU check (< 8 min on one GPU): fails on a stated threshold → outputs/gpu_check/; ARGS="--dry"
-	$(PYTHON) -m launch.gpu_check $(ARGS)
+	$(PYTHON) -m launch.tools.gpu_check $(ARGS)
 
 docs: ## build the docs site into site/ (mkdocs-material; --strict: a broken link fails)
 	NO_MKDOCS_2_WARNING=1 $(PYTHON) -m mkdocs build --strict

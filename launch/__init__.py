@@ -1,1 +1,14 @@
-"""What runs around a run: the local SLURM cluster, the paper numbers, and the report."""
+"""What runs around a run: planning a sweep, and the three rooms beside it.
+
+At the top, the two planning commands: :mod:`launch.plan` (what a sweep will cost, before it is
+launched) and :mod:`launch.wandb_sweep` (the same grid as a W&B Sweeps config). Beside them:
+
+- :mod:`launch.analysis`: run records read back into the papers' tables, claims, verdicts and plots;
+- :mod:`launch.cluster`: what a sweep needs on SLURM (Hydra callbacks, the submitit launcher's
+  errors, attempt time limits, data prepared ahead, a local cluster to try it on);
+- :mod:`launch.tools`: measuring instruments (the bench, the GPU check, FLOP counts) and the mmcv build.
+
+May import: ``tasks`` and ``src`` (``launch → tasks → src``); the planning modules also
+:mod:`launch.tools.flops` (a step's cost). :mod:`launch.analysis` imports neither
+:mod:`launch.cluster` nor :mod:`launch.tools`, nor the planning modules.
+"""

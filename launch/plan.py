@@ -11,7 +11,7 @@ the experiment's ``hydra.sweeper.params`` and the command line's lists, expanded
 :func:`launch.wandb_sweep.grid` does). For each distinct run (the seeds of one config are one row),
 without data and without training:
 
-- **FLOPs and kernel launches per optimizer step** (:mod:`launch.flops`): one sample's forward
+- **FLOPs and kernel launches per optimizer step** (:mod:`launch.tools.flops`): one sample's forward
   and backward on the meta device, FLOPs times the global batch (``task.batch_size ×
   trainer.accumulate``; for detection, per process × the processes of ``resources``), launches
   times the forward-backward passes of a step on all its processes (:func:`micro_batches`).
@@ -22,7 +22,7 @@ without data and without training:
   launches × :data:`LAUNCH_S`): a small model's step is its launches (LRA, GLUE), a large
   one's its FLOPs. The default MFU, :data:`DEFAULT_MFU`, is the one the published costs of the
   plan's own reference rows imply (:data:`REFERENCES`, :func:`reference_mfu`: DeiT-B's 424
-  V100-hours, Cramming's A6000-day). Where ``--measured FILE`` (a ``launch.gpu_check`` JSON)
+  V100-hours, Cramming's A6000-day). Where ``--measured FILE`` (a ``launch.tools.gpu_check`` JSON)
   times the run's backbone (and variant), steps × that time instead: the suite's own loop
   (``loop_samples_per_s``) before a bare step (``seconds_per_step``, ``samples_per_s``); the
   table's ``from`` column says which (``loop``, ``step``, ``MFU``), and the file's measured
@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from launch.flops import step_cost
+from launch.tools.flops import step_cost
 from src.errors import ConfigError
 
 #: Dense bf16 tensor-core peak, FLOP/s, from each vendor datasheet (V100 has no bf16: its fp16).
@@ -110,7 +110,7 @@ REFERENCES: tuple[Reference, ...] = (
 #: autograd's bookkeeping and the launch itself, which a GPU waits on when its kernels are small.
 #: Measured 25 µs per aten operation for a whole bare step (forward, backward, AdamW) of a
 #: 2-block, width-8 ViT at batch 1 on the suite's 2-core CI machine's CPU, where the compute is
-#: nil; a server core is faster and a CUDA launch adds a few µs: 20 µs. ``launch.gpu_check``
+#: nil; a server core is faster and a CUDA launch adds a few µs: 20 µs. ``launch.tools.gpu_check``
 #: measures it on the GPU (``launch.seconds_per_op``), and ``--measured`` uses that.
 LAUNCH_S = 20e-6
 #: Model-FLOP utilisation: the geometric mean of what the reference rows' published costs imply
@@ -245,7 +245,7 @@ def micro_batches(cfg: Any) -> int:
 
 
 def measured_step(measured: dict[str, Any], row: Row, batch: int) -> tuple[float, str] | None:
-    """GPU-seconds per optimizer step from a ``launch.gpu_check`` JSON for ``backbone/attn`` or the
+    """GPU-seconds per optimizer step from a ``launch.tools.gpu_check`` JSON for ``backbone/attn`` or the
     backbone, and where they come from: the suite's loop (``{"loop_samples_per_s": {key: n}}``, one
     GPU) before a bare step (``{"seconds_per_step": {key: s}}`` at the recipe's global batch, or
     ``{"samples_per_s": {key: n}}``); only for the file's ``task`` where it names one."""
@@ -264,7 +264,7 @@ def measured_step(measured: dict[str, Any], row: Row, batch: int) -> tuple[float
 
 
 def measured_launch(measured: dict[str, Any] | None) -> float | None:
-    """The host seconds per kernel launch a ``launch.gpu_check`` JSON measured, if it did."""
+    """The host seconds per kernel launch a ``launch.tools.gpu_check`` JSON measured, if it did."""
     value = ((measured or {}).get("launch") or {}).get("seconds_per_op")
     return float(value) if isinstance(value, int | float) and value > 0 else None
 
@@ -559,7 +559,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
         "--gpus", type=int, default=8, help="GPUs the sweep runs on at once, for its wall time"
     )
     parser.add_argument(
-        "--measured", type=Path, help="a launch.gpu_check JSON: step times used instead of the MFU"
+        "--measured", type=Path, help="a launch.tools.gpu_check JSON: step times used instead of the MFU"
     )
     parser.add_argument(
         "--all", action="store_true", help="every paper table (the overrides join each) and their total"
@@ -583,8 +583,8 @@ def main(argv: list[str] | None = None) -> int:
         measured = json.loads(args.measured.read_text()) if args.measured else None
         if measured is not None and (not isinstance(measured, dict) or measured.get("dry")):
             raise ConfigError(
-                f"--measured {args.measured}: not a real launch.gpu_check result (a --dry one times "
-                "tiny shapes): run python -m launch.gpu_check on a CUDA GPU"
+                f"--measured {args.measured}: not a real launch.tools.gpu_check result (a --dry one times "
+                "tiny shapes): run python -m launch.tools.gpu_check on a CUDA GPU"
             )
         launch_s = measured_launch(measured) or LAUNCH_S
         if args.launch_us is not None:

@@ -18,7 +18,7 @@ waits for nothing (:func:`optimizer_steps`).
 
 What no CPU instrument sees: syncs inside torch's own CUDA kernels (a factorisation's error check)
 and the collectives DDP's reducer launches from C++ (the gradients' all-reduce, the step's one
-necessary collective). The GPU check (``launch/gpu_check.py``) counts CUDA's own reports.
+necessary collective). The GPU check (``launch/tools/gpu_check.py``) counts CUDA's own reports.
 """
 
 from __future__ import annotations

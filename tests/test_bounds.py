@@ -30,7 +30,7 @@ def run_module(*args: str, timeout: float = 120, cwd: Path = ROOT) -> subprocess
 
 
 def a_record(folder: Path) -> Path:
-    """A completed digits run's record by hand: what launch.report reads."""
+    """A completed digits run's record by hand: what launch.analysis.report reads."""
     folder.mkdir(parents=True)
     (folder / "config.yaml").write_text(
         "task: {name: digits}\nbackbone: {name: vit_digits}\nattn: {variant: standard}\nseed: 0\n"
@@ -45,14 +45,17 @@ def a_record(folder: Path) -> Path:
 def test_a_report_into_an_out_another_report_writes_is_refused(tmp_path, capsys):
     """Locks on every output folder a command writes: two reports into one --out at once; the
     second is one line and exit 2, writing nothing there (before: both wrote, files of either)."""
-    from launch.report import main
+    from launch.analysis.report import main
 
     a_record(tmp_path / "runs" / "a")
     out = tmp_path / "out"
     with RunLock(out):
         assert main([str(tmp_path / "runs"), "--out", str(out)]) == 2
         line = one_error_line(capsys.readouterr().err)
-        assert f"output folder {out} is in use by process {os.getpid()}" in line and "launch.report" in line
+        assert (
+            f"output folder {out} is in use by process {os.getpid()}" in line
+            and "launch.analysis.report" in line
+        )
         assert sorted(p.name for p in out.iterdir()) == [".lock"]
     assert main([str(tmp_path / "runs"), "--out", str(out)]) == 0
     assert (out / "report.md").is_file() and not (out / ".lock").exists()
@@ -61,7 +64,7 @@ def test_a_report_into_an_out_another_report_writes_is_refused(tmp_path, capsys)
 def test_gpu_check_checks_its_out_before_the_check(tmp_path, monkeypatch, capsys):
     """gpu_check --out /proc/nope/g.json ran the whole check, then a traceback: now one line and
     exit 2 before anything runs."""
-    from launch import gpu_check
+    from launch.tools import gpu_check
 
     def ran(*args, **kwargs):
         raise AssertionError("the check ran")
@@ -76,8 +79,8 @@ def test_gpu_check_checks_its_out_before_the_check(tmp_path, monkeypatch, capsys
 
 
 def test_bench_checks_its_out_before_the_benchmark(monkeypatch, capsys):
-    """The same for launch.bench --out: refused before it measures anything."""
-    from launch import bench
+    """The same for launch.tools.bench --out: refused before it measures anything."""
+    from launch.tools import bench
 
     monkeypatch.setattr(bench, "machine", lambda args: (_ for _ in ()).throw(AssertionError("it ran")))
     assert bench.main(["--out", "/proc/nope/b.json"]) == 2
@@ -120,9 +123,9 @@ def test_a_plan_of_a_step_of_millions_of_epochs_is_refused(capsys):
 
 
 def test_a_sweep_name_with_a_quote_is_one_line_not_a_syntax_error(tmp_path, capsys):
-    """launch.dashboard --sweep "a'b": a SyntaxError (the name pasted into a filter expression);
+    """launch.analysis.dashboard --sweep "a'b": a SyntaxError (the name pasted into a filter expression);
     now one line, exit 2, no specification written. A name W&B can filter on still works."""
-    from launch.dashboard import main
+    from launch.analysis.dashboard import main
 
     out = tmp_path / "spec.json"
     for name in ("a'b", "a\\b", "a\nb"):
@@ -334,7 +337,7 @@ def test_a_bug_in_a_job_is_its_line_with_the_traceback_kept_beside(tmp_path, cap
     from hydra.core.utils import JobReturn, JobStatus
     from omegaconf import OmegaConf
 
-    from launch.callbacks import SweepEnd
+    from launch.cluster.callbacks import SweepEnd
 
     sweep = tmp_path / "sweep"
     config = OmegaConf.create({"hydra": {"mode": "RunMode.MULTIRUN", "sweep": {"dir": str(sweep)}}})

@@ -151,7 +151,7 @@ def test_a_new_variant_joins_the_benchmark_table(suite_with_toy_variant, tmp_pat
     table = python(
         suite_with_toy_variant,
         "-m",
-        "launch.bench",
+        "launch.tools.bench",
         *tiny,
         "--skip",
         "model",

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from conftest import CONF, run_cli
 
-from launch.claims import CLAIMS
-from launch.records import read_runs
-from launch.verdicts import verdicts
+from launch.analysis.claims import CLAIMS
+from launch.analysis.records import read_runs
+from launch.analysis.verdicts import verdicts
 from src.conditioning.collapse import collapse_warning
 
 READINGS = sorted(p.stem for p in (CONF / "reading").glob("*.yaml"))

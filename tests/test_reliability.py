@@ -20,8 +20,8 @@ import torch
 from conftest import QUIET, ROOT, compose, make_image_folder, run_cli
 from smoke.lm import HUB
 
-from launch import report
-from launch.records import read_runs
+from launch.analysis import report
+from launch.analysis.records import read_runs
 from src.engine import train
 from src.engine.loop.trainer import NonFiniteLoss
 from src.engine.record import checkpoint

@@ -15,7 +15,7 @@ import pytest
 from conftest import compose, make_image_folder, run_cli
 from test_record_integrity import killed
 
-from launch.records import read_run
+from launch.analysis.records import read_run
 from src.engine import train
 from src.errors import DataError
 

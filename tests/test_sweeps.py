@@ -459,7 +459,7 @@ def test_no_two_backbone_rows_of_a_paper_experiment_train_the_same_model_and_rec
     backbone row of a task a model or a recipe of its own: a row under another name that built the
     same model with the same recipe would spend its runs on a copy of another row. The check finds
     the copy it was written for: ``deit_base`` is ``vit_base`` under the ImageNet recipe (the report
-    sets the ViT-B runs beside DeiT-B's row instead: ``launch.paper.REPORTED_FROM``)."""
+    sets the ViT-B runs beside DeiT-B's row instead: ``launch.analysis.paper.REPORTED_FROM``)."""
     assert PAPER_GRIDS == ["coco", "convergence", "imagenet", "lm"]
     for experiment in PAPER_GRIDS:
         for rows in grid_rows(f"paper/{experiment}"):

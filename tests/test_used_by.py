@@ -67,7 +67,7 @@ def test_the_readme_lists_the_three_used_by_commands():
     commands = used_by_commands()
     assert [c for c in commands if "task=coco" in c] == ["python -m src.run task=coco attn=precond"]
     assert any("hydra/launcher=slurm" in c for c in commands)
-    assert any("launch.dashboard" in c for c in commands)
+    assert any("launch.analysis.dashboard" in c for c in commands)
     assert len(commands) == 3, f"a used-by command without a test here: {commands}"
 
 
@@ -97,5 +97,5 @@ def test_the_dashboard_names_the_wandb_login_it_needs(tmp_path):
     home = tmp_path / "home"
     home.mkdir()
     env = {"HOME": str(home), "NETRC": str(home / ".netrc"), "WANDB_CONFIG_DIR": str(home)}
-    line = one_line(run(command("launch.dashboard"), tmp_path, env))
+    line = one_line(run(command("launch.analysis.dashboard"), tmp_path, env))
     assert "wandb login" in line and "--dry-run" in line

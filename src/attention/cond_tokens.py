@@ -55,7 +55,7 @@ Option ``method`` (how ``C`` is computed; docs/methods.md#cond_tokens, docs/benc
   ``tests/attention/test_cond_tokens.py``. Why it is the default: on a GPU the SVD is a
   per-sample cuSOLVER call (batched SVD takes only matrices up to 32×32) with a host sync;
   this is a few batched products (the costs at every recipe's shape:
-  ``python -m launch.bench --skip block model memory overhead --shapes``; docs/benchmark.md).
+  ``python -m launch.tools.bench --skip block model memory overhead --shapes``; docs/benchmark.md).
 * ``svd``: the exact thin SVD, one per sample and forward pass (the cost the summaries of P3
   name), and the filter factors ``φ`` above; the method the readings ``cond_tokens_block`` and
   ``cond_tokens_embed`` were measured with (they pin it);

@@ -153,7 +153,7 @@ def find_token_entry(model: nn.Module, where: Where = "block") -> TokenEntry:
     token join (``"embed"``).
 
     A model's own ``token_entry(where)`` comes first; one that takes no argument describes its
-    block entry only (``launch/bench.py``'s).
+    block entry only (``launch/tools/bench.py``'s).
     """
     if where not in ("embed", "block"):
         raise AttentionConfigError(f"token entry where={where!r} must be 'embed' or 'block'")

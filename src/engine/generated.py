@@ -51,7 +51,7 @@ nor pool in the report. Data that is the user's own (no marker) is hashed whole 
 manifest is written into the user's folder): it is in the identity the same way, and a record made
 on other files refuses to resume (the identity's one-line mismatch, naming the artefact).
 
-Preparing ahead (:func:`preparing`, what ``python -m launch.prepare`` and the SLURM sweep's check
+Preparing ahead (:func:`preparing`, what ``python -m launch.cluster.prepare`` and the SLURM sweep's check
 use): inside the block every call notes what it found or made (an :class:`Artefact`: built, already
 there, or the user's own), says when it starts to build and how far a long build is; with
 ``check=True`` it builds nothing and raises :class:`NotPrepared` for the first data that is not
@@ -556,7 +556,7 @@ _USERS: dict[Path, tuple[tuple, str]] = {}  # the same for the user's own files 
 _RNG = random.SystemRandom()  # the blocks a check draws: never the run's seeded random state
 
 
-# -- preparing ahead: what launch.prepare and the SLURM sweep's check see --------------------------
+# -- preparing ahead: what launch.cluster.prepare and the SLURM sweep's check see --------------------------
 
 
 class NotPrepared(DataError):

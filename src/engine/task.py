@@ -150,7 +150,7 @@ class Task:
                 f"{', '.join(self.eval_splits)}"
             )
 
-    # -- data built ahead, on the CPU (python -m launch.prepare) -------------------------------
+    # -- data built ahead, on the CPU (python -m launch.cluster.prepare) -------------------------------
 
     def prepare_data(self, data_dir: Path) -> Any:
         """Build under ``data_dir`` what :meth:`datasets` would otherwise build on first use (token

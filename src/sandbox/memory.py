@@ -22,7 +22,7 @@ The statistic is the share of spike steps with ``η·λ_max > 2`` against that s
 control steps, each with its exact interval (Fisher's exact test of the difference, descriptive:
 the steps of one seed are not independent). The verdict is read per seed: for each seed with a
 spike, its spikes' share minus its control steps' share (``seed_differences``), whose mean over
-the seeds, with its t interval, is the claim's effect (:mod:`launch.seed_verdicts`).
+the seeds, with its t interval, is the claim's effect (:mod:`launch.analysis.seed_verdicts`).
 **[reading]** ``W₀ ~ N(0, 1/d)`` (P5's spike figure starts from 0, its sharpness figure from
 one chosen point; a draw per seed lets the statistic run over many starts).
 

@@ -6,14 +6,14 @@ accuracy of every seed after every epoch). For each set, one row:
 * **learned**: the share of seeds at ≥ 95% test accuracy by the last epoch, with its exact
   (Clopper–Pearson) 95% interval; a seed that never gets there counts in the denominator;
 * **epochs to learn**: the Kaplan–Meier median of the first epoch at ≥ 95%, the never-learners
-  right-censored at the last epoch (:func:`launch.time_to_quality.km_median`), with its 95%
+  right-censored at the last epoch (:func:`launch.analysis.time_to_quality.km_median`), with its 95%
   interval and the number censored; "not reached" when fewer than half the seeds learn;
 * **against the baseline** (the first set, or ``--baseline``), paired by seed, which both sets
   must share: the seeds that learned first in each (a seed learns first when it gets there and
   the other does not, or gets there at an earlier epoch),
   the exact sign test's one-sided p-values, and the verdict *faster* / *slower* at 2.5% a side,
   *equivalent* when TOST puts the share of those seeds that learned first here inside
-  ``0.5 ± margin`` (:data:`launch.stats.SHARE_MARGIN`, ``--margin``; 5% each side), else
+  ``0.5 ± margin`` (:data:`launch.analysis.stats.SHARE_MARGIN`, ``--margin``; 5% each side), else
   *inconclusive*, raw and after Holm over the sets compared (the same rule as every verdict,
   docs/methods.md#verdicts).
 
@@ -31,8 +31,8 @@ from pathlib import Path
 
 from scipy.stats import binomtest
 
-from launch.stats import SHARE_MARGIN, holm, share_tests, three_way
-from launch.time_to_quality import Median, km_median
+from launch.analysis.stats import SHARE_MARGIN, holm, share_tests, three_way
+from launch.analysis.time_to_quality import Median, km_median
 from src.errors import ConfigError
 
 from .curves import SUCCESS, Curves, draw_clustering, draw_success, first_success
@@ -67,7 +67,7 @@ def arrivals(curves: Curves, threshold: float = SUCCESS) -> list[tuple[float, bo
 
 
 def verdict(p_faster: float, p_slower: float, p_equivalent: float | None = None) -> str:
-    """Every verdict's three-way rule (:func:`launch.stats.three_way`), in this table's words."""
+    """Every verdict's three-way rule (:func:`launch.analysis.stats.three_way`), in this table's words."""
     found = three_way(p_faster, p_slower, p_equivalent)
     return {"reproduced": "faster", "contradicted": "slower"}.get(found, found)
 
@@ -332,7 +332,7 @@ def load_sets(roots: Sequence[Path]) -> tuple[list[tuple[Path, Curves]], list[tu
 def report_section(
     sets: Sequence[tuple[Path, Curves]], unreadable: Sequence[tuple[Path, str]] = ()
 ) -> tuple[list[str], dict[str, bytes]]:
-    """For ``python -m launch.report``: the seed sets (:func:`load_sets`) grouped by backbone
+    """For ``python -m launch.analysis.report``: the seed sets (:func:`load_sets`) grouped by backbone
     (:func:`backbone_section`), then the seed-set files that cannot be read (``unreadable``: each
     with its reason); the Markdown lines and the PNGs. Nothing when there is neither."""
     if not sets and not unreadable:

@@ -19,7 +19,7 @@ from mmdet.registry import DATASETS
 
 from src.errors import DataError
 
-from .task import category_names
+from .annotations import category_names
 
 
 @DATASETS.register_module()

@@ -6,7 +6,7 @@ first RoIAlign on a GPU; one built for other GPU architectures fails there too (
 is available"). :func:`ops_check` runs both ops (RoIAlign forward and backward) on a device and
 compares them with torchvision's implementations on the CPU, an independent reference;
 :func:`require_cuda_ops` refuses a detection run on a GPU whose mmcv cannot serve it, in one line
-that names the fix. ``python -m launch.mmcv_build --check`` and the GPU check call the same
+that names the fix. ``python -m launch.tools.mmcv_build --check`` and the GPU check call the same
 function.
 
 torch, torchvision and mmcv are imported inside the functions: this module loads without them.

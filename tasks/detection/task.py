@@ -13,7 +13,6 @@ instances_{train,val}2017.json`` and ``<folder>/{train,val}2017/<image>``; COCO 
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -26,6 +25,7 @@ from torch import Tensor
 from src.engine.task import Run, Task
 from src.errors import ConfigError, DataError
 
+from .annotations import category_names
 from .ops import require_cuda_ops
 from .shapes import CLASSES as SHAPE_CLASSES
 from .shapes import ShapesSpec, ensure_coco_shapes
@@ -239,16 +239,6 @@ class CocoShapes(CocoInstanceSegmentation):
     def prepare_data(self, data_dir: Path) -> Path:
         ensure_coco_shapes(Path(data_dir) / self.folder, self.spec)
         return super().prepare_data(data_dir)
-
-
-def category_names(ann_file: Path) -> list[str]:
-    """The ``categories`` of a COCO annotation file, by id (mmdet's label order)."""
-    try:
-        categories = json.loads(Path(ann_file).read_text()).get("categories") or []
-        return [c["name"] for c in sorted(categories, key=lambda c: c["id"])]
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
-        reason = f"{type(error).__name__}: {error}"
-        raise DataError(f"{ann_file}: cannot read its categories ({reason})") from error
 
 
 def latest_checkpoint(link: Path, work_dir: Path) -> Path | None:

@@ -4,8 +4,8 @@ decomposition in bf16 under autocast, and buffers that follow the model to anoth
 On a CUDA device a ``.item()``, ``.tolist()``, ``.cpu()``, ``.numpy()`` or a Python
 ``bool``/``float``/``int`` of a tensor waits for the GPU; here each is made to raise
 (:func:`syncs.forbidden`, the instrument the loop's own test counts with) while one forward and
-backward of every variant runs on a narrow timm ViT (the GPU check, ``launch/gpu_check.py``, counts CUDA's own
-reports of them, and those inside torch's own kernels, such as a CUDA factorisation's error
+backward of every variant runs on a narrow timm ViT (the GPU check, ``launch/tools/gpu_check.py``, counts
+CUDA's own reports of them, and those inside torch's own kernels, such as a CUDA factorisation's error
 check, which only a GPU shows). Decompositions square or invert singular values, which bf16's 8 bits of
 mantissa cannot carry: every ``torch.linalg`` factorisation a variant calls under CPU bf16
 autocast is recorded with its input's dtype. The Newton–Schulz corrections (the defaults of
@@ -22,13 +22,13 @@ import torch
 from syncs import forbidden
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from launch.bench import FORMS
+from launch.tools.bench import FORMS
 from src import attention
 from src.attention.cond_tokens import TokenConditioner
 from src.attention.spectral import AddSpectralShift
 
 FACTORISATIONS = ("svd", "svdvals", "eigh", "eigvalsh", "qr", "cholesky", "inv", "solve")
-#: the forms (launch.bench's: each variant at its defaults, and the options that change the work)
+#: the forms (launch.tools.bench's: each variant at its defaults, and the options that change the work)
 #: that factorise a matrix: in the forward pass (spectral's svd mode with method=eigh, cond_tokens
 #: with method=svd) or at init. The defaults of spectral's svd mode and cond_tokens do not: their
 #: Newton–Schulz products run in fp32 (``test_a_correction_multiplies_in_ieee_fp32_under_autocast``).

@@ -13,7 +13,7 @@ from conftest import compose, run_cli
 from hydra.types import RunMode
 from omegaconf import OmegaConf
 
-from launch.callbacks import SweepEnd
+from launch.cluster.callbacks import SweepEnd
 from src.engine import train
 from src.engine.loop.progress import LogProgress, make_progress
 from src.engine.task import Task
@@ -87,7 +87,7 @@ def test_a_job_log_and_a_multirun_say_it_all_without_a_terminal(tmp_path):
     assert out.returncode == 0, out.stderr
     sweep = tmp_path / "outputs" / "multirun" / "day"
     assert f"sweep done: 2 runs (2 completed) in {sweep.relative_to(tmp_path)}" in out.stdout
-    assert f"python -m launch.report {sweep.relative_to(tmp_path)}" in out.stdout.splitlines()[-1]
+    assert f"python -m launch.analysis.report {sweep.relative_to(tmp_path)}" in out.stdout.splitlines()[-1]
     for summary_path in sweep.rglob("summary.json"):
         log_lines = (summary_path.parent / "run.log").read_text().splitlines()
         summary = json.loads(summary_path.read_text())
@@ -173,7 +173,7 @@ def test_two_multiruns_into_one_folder_each_count_their_own_runs(tmp_path, capsy
     (Path(second.tracking) / "job-9.json").write_text("{")  # a torn note
     line = end_line(second, sweep, capsys)
     expected = "sweep done: 4 runs (1 completed, 1 failed to start, 2 unreadable)"
-    assert line == f"{expected} in {sweep}; tables and plots: python -m launch.report {sweep}"
+    assert line == f"{expected} in {sweep}; tables and plots: python -m launch.analysis.report {sweep}"
 
 
 def test_a_multirun_whose_jobs_cannot_be_tracked_says_so_and_does_not_count(tmp_path, capsys):
@@ -183,4 +183,4 @@ def test_a_multirun_whose_jobs_cannot_be_tracked_says_so_and_does_not_count(tmp_
     job.on_job_start(hydra_config(blocked, tmp_path / "run", 0), task_function=None)  # nothing to write into
     line = end_line(driver, blocked, capsys)
     assert line.startswith("sweep done (its runs were not counted: NotADirectoryError: ")
-    assert line.endswith(f") in {blocked}; tables and plots: python -m launch.report {blocked}")
+    assert line.endswith(f") in {blocked}; tables and plots: python -m launch.analysis.report {blocked}")

@@ -17,7 +17,7 @@ from conftest import compose
 from smoke.lra import SMALL_LISTOPS, TINY
 from test_eval import eval_cli
 
-from launch import report
+from launch.analysis import report
 from src.engine import train
 from src.engine.record import checkpoint
 from src.engine.record.identity import Identity, IdentityMismatch

@@ -192,7 +192,7 @@ def test_a_listops_train_file_cut_to_10_of_its_40_rows_is_regenerated_before_a_r
     identity of runs on the full data, so the report pools them. Now the run finds the file is not
     what its manifest says, generates it again (all 40 rows) and trains on it: the identity it
     shares with seed 0 is the identity of the full data."""
-    from launch.records import read_runs
+    from launch.analysis.records import read_runs
 
     data = tmp_path / "data"
     first = compose([*LISTOPS, f"paths.data_dir={data}", "seed=0"], tmp_path)
@@ -219,7 +219,7 @@ def test_the_users_own_listops_cut_short_is_another_identity_and_its_record_is_n
     overwritten). Now their content is hashed into the identity: a run on the cut file is another
     experiment in the report, and rerunning the completed run's command on it refuses in one line
     naming the data, where it said "complete" before."""
-    from launch.records import read_runs
+    from launch.analysis.records import read_runs
 
     data = tmp_path / "data"
     generated_cfg = compose([*LISTOPS, f"paths.data_dir={data}"], tmp_path)
@@ -384,7 +384,7 @@ def test_a_large_file_is_checked_in_sampled_blocks_that_find_zeros_and_a_full_ch
 
 def test_a_marker_without_its_manifest_is_made_again_and_a_check_says_why(tmp_path):
     """Data made before manifests existed (a marker, no manifest) is generated once more, to record
-    its checksums; a check (launch.prepare --check) builds nothing and says the file is damaged."""
+    its checksums; a check (launch.cluster.prepare --check) builds nothing and says the file is damaged."""
     calls = []
 
     def make() -> None:

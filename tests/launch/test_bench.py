@@ -10,7 +10,7 @@ import argparse
 import pytest
 import torch
 
-from launch import bench
+from launch.tools import bench
 
 TINY = ["--model", "vit_tiny_patch16_224", "--img", "32", "--batch", "2", "--repeats", "3", "--warmup", "1"]
 

@@ -1,7 +1,7 @@
 """The shapes section of the benchmark: its recipes match their configs, and its arithmetic (the
 ratios, the per-sample scaling to the recipe's batch) holds on tiny models.
 
-Timings themselves are never asserted (speed is measured by ``python -m launch.bench --shapes``);
+Timings themselves are never asserted (speed is measured by ``python -m launch.tools.bench --shapes``);
 matrix-product FLOP counts are exact, so their scaling is.
 """
 
@@ -15,8 +15,8 @@ import torch
 from conftest import CONF
 from omegaconf import OmegaConf
 
-from launch import bench, bench_shapes
-from launch.bench_shapes import RECIPES, Recipe
+from launch.tools import bench, bench_shapes
+from launch.tools.bench_shapes import RECIPES, Recipe
 
 
 def config(path: str) -> dict:

@@ -6,10 +6,10 @@ import math
 
 import pytest
 
-from launch.claims import CLAIMS, SEED_SET_MEASURES, Claim
-from launch.records import Run
-from launch.stats import paired_test
-from launch.verdicts import stages, verdicts
+from launch.analysis.claims import CLAIMS, SEED_SET_MEASURES, Claim
+from launch.analysis.records import Run
+from launch.analysis.stats import paired_test
+from launch.analysis.verdicts import stages, verdicts
 from src.engine.record.identity import Identity
 
 FINAL = Claim("T-final", "T", "the variant trains better", "spectral", "final", "metric", ("digits",))
@@ -142,7 +142,7 @@ def test_keys_that_follow_the_seed_leave_the_seeds_one_experiment(tmp_path):
     """modadd draws its data from ``task.data_seed: ${seed}``: two seeds are still one experiment."""
     from omegaconf import OmegaConf
 
-    from launch.records import read_run, seed_keys
+    from launch.analysis.records import read_run, seed_keys
 
     folders = []
     for seed in (0, 1):
@@ -193,7 +193,7 @@ def test_kappa_is_judged_at_init_during_and_at_the_end():
 def test_each_primary_is_a_reading_file_and_matches_exactly_one_reading():
     """Every claim's primary reading is a file in conf/reading/ of the claim's variant, and among
     the runs of every reading of that variant only the primary's runs match it."""
-    from launch.reading_files import matching, reading_files
+    from launch.analysis.reading_files import matching, reading_files
 
     files = reading_files()
     for claim in CLAIMS:
@@ -207,7 +207,7 @@ def test_each_primary_is_a_reading_file_and_matches_exactly_one_reading():
 def test_the_answer_is_the_primary_reading_and_an_exploratory_verdict_is_marked():
     """A clear gain on an exploratory reading and noise on the primary: the row of the exploratory
     reading says *reproduced* with ‡, and the claim's answer is the primary's *inconclusive*."""
-    from launch.verdicts import answers, claims_section
+    from launch.analysis.verdicts import answers, claims_section
 
     claim = next(c for c in CLAIMS if c.key == "P2-image")
     runs = []

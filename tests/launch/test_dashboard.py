@@ -10,9 +10,9 @@ import pytest
 from conftest import compose
 from wandb_file import offline_run
 
-from launch import dashboard
-from launch.dashboard_spec import load_spec, panel_metrics, spec_json
-from launch.paper import PAPER
+from launch.analysis import dashboard
+from launch.analysis.dashboard_spec import load_spec, panel_metrics, spec_json
+from launch.analysis.paper import PAPER
 from src.engine import train
 
 

@@ -10,9 +10,8 @@ import statistics
 import pytest
 from test_report import STEPS, write_run
 
-from launch import report
-from launch.records import read_runs
-from launch.results import variant_options
+from launch.analysis import report
+from launch.analysis.records import read_runs, variant_options
 from src.attention import VARIANTS
 
 TESTS = {0: 0.61, 1: 0.65, 2: 0.66}

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import statistics
 
-from launch.glue_table import glue_section
-from launch.records import Run
+from launch.analysis.glue_table import glue_section
+from launch.analysis.records import Run
 from tasks.glue.metrics import AVERAGE_TERMS
 
 MAIN = {"cola": "val/matthews", "mrpc": "val/f1", "qqp": "val/f1", "stsb": "val/pearson"}

@@ -1,4 +1,4 @@
-"""The GPU check (launch/gpu_check.py) on a CPU: ``--dry`` runs every section at tiny shapes, the
+"""The GPU check (launch/tools/gpu_check.py) on a CPU: ``--dry`` runs every section at tiny shapes, the
 suite's own loop included, and passes; a planted threshold fails it with exit status 1 and the
 JSON naming it; its JSON is what ``launch.plan --measured`` reads; bad input is refused."""
 
@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from launch import gpu_check, plan
+from launch import plan
+from launch.tools import gpu_check
 from src import attention
 
 ROOT = Path(__file__).resolve().parents[2]

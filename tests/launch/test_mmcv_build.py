@@ -1,9 +1,9 @@
-"""``launch.mmcv_build``: the setup.py patch, the wheel lookup and its cache key, the build each
-machine gets (:mod:`launch.mmcv_target`: CPU or CUDA ops, the arch list, the refusal), the stages
+"""``launch.tools.mmcv_build``: the setup.py patch, the wheel lookup and its cache key, the build each
+machine gets (:mod:`launch.tools.mmcv_target`: CPU or CUDA ops, the arch list, the refusal), the stages
 of a (dry) build, and ``--check`` running the installed ops.
 
 The compile itself (about 30 minutes) is never run here: the machines are described by hand
-(:class:`launch.mmcv_target.Machine`); the slow test checks that the patch applies to the real
+(:class:`launch.tools.mmcv_target.Machine`); the slow test checks that the patch applies to the real
 sdist's ``setup.py``.
 """
 
@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from packaging.tags import sys_tags
 
-from launch import mmcv_build, mmcv_target
-from launch.mmcv_build import BuildError, Progress, find_wheel, needs_cxx20, patch_setup_py
-from launch.mmcv_target import DEFAULT_ARCHS, Build, Machine, build_refusal, choose
+from launch.tools import mmcv_build, mmcv_target
+from launch.tools.mmcv_build import BuildError, Progress, find_wheel, needs_cxx20, patch_setup_py
+from launch.tools.mmcv_target import DEFAULT_ARCHS, Build, Machine, build_refusal, choose
 
 #: The lines of mmcv 2.1.0's setup.py around each C++ standard it asks for (exact copies, sdist of PyPI).
 SETUP_PY = """\
@@ -113,7 +113,7 @@ def test_lookup_skips_a_wheel_recorded_for_another_torch_and_prefers_the_first_f
     assert find_wheel([cache, links], TORCH) == ours
 
 
-#: machines as :func:`launch.mmcv_target.probe` would describe them (torch built with CUDA 12.8)
+#: machines as :func:`launch.tools.mmcv_target.probe` would describe them (torch built with CUDA 12.8)
 NVCC = Path("/opt/cuda-12.8/bin/nvcc")
 CPU_BOX = Machine()  # a CPU torch
 H100_NO_NVCC = Machine("12.8", ("9.0",))

@@ -15,7 +15,6 @@ import torch
 from timm.models.vision_transformer import VisionTransformer
 
 from launch import plan as planner
-from launch.flops import count_flops, count_step, forward_flops, model_and_inputs, step_cost
 from launch.plan import (
     DEFAULT_MFU,
     GPUS,
@@ -31,6 +30,7 @@ from launch.plan import (
     reference_row,
     totals,
 )
+from launch.tools.flops import count_flops, count_step, forward_flops, model_and_inputs, step_cost
 from src.engine.record import checkpoint
 
 ROOT = Path(__file__).resolve().parents[2]

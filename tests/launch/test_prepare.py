@@ -1,4 +1,4 @@
-"""``python -m launch.prepare``: a sweep's data built on the CPU before its jobs, each artefact once,
+"""``python -m launch.cluster.prepare``: a sweep's data built on the CPU before its jobs, each artefact once,
 found ready by the runs (which then build nothing); and the SLURM sweep's check, which refuses a
 sweep whose data is not prepared before anything is submitted and builds nothing itself."""
 
@@ -16,8 +16,8 @@ from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
 from hydra.utils import instantiate
 
-from launch import prepare as prep
-from launch.callbacks import DataPrepared
+from launch.cluster import prepare as prep
+from launch.cluster.callbacks import DataPrepared
 from launch.plan import compose
 from src.engine.generated import preparing
 
@@ -39,7 +39,11 @@ def files(folder: Path) -> dict[str, tuple[int, int]]:
 def run_prepare(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     return subprocess.run(
-        [sys.executable, "-m", "launch.prepare", *args], cwd=cwd, env=env, capture_output=True, text=True
+        [sys.executable, "-m", "launch.cluster.prepare", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
     )
 
 
@@ -183,9 +187,11 @@ def test_the_check_refuses_an_unprepared_slurm_sweep_in_one_line_and_passes_a_pr
         DataPrepared().on_multirun_start(cfg)
     (line,) = capsys.readouterr().err.splitlines()
     assert stop.value.code == 2 and line.startswith("error: this sweep's data is not prepared (glue_tiny")
-    assert f"; run python -m launch.prepare {' '.join(overrides)} " in line
+    assert f"; run python -m launch.cluster.prepare {' '.join(overrides)} " in line
     assert not data.exists()  # the check built nothing
-    assert prep.main(line.partition("launch.prepare ")[2].split()) == 0  # the command it names prepares
+    assert (
+        prep.main(line.partition("launch.cluster.prepare ")[2].split()) == 0
+    )  # the command it names prepares
     capsys.readouterr()
     DataPrepared().on_multirun_start(cfg)  # prepared: no refusal
     assert capsys.readouterr().err == ""
@@ -218,7 +224,9 @@ def test_an_unprepared_slurm_sweep_submits_nothing(tmp_path):
     refused = run_cli(args, cwd=tmp_path, env=env)
     assert refused.returncode == 2 and not (tmp_path / "sbatch-ran").exists()
     (line,) = refused.stderr.strip().splitlines()
-    assert "data is not prepared" in line and "run python -m launch.prepare experiment=glue_tiny" in line
+    assert (
+        "data is not prepared" in line and "run python -m launch.cluster.prepare experiment=glue_tiny" in line
+    )
     assert prep.main([*GLUE_TINY, f"paths.data_dir={tmp_path / 'data'}"]) == 0
     submitted = run_cli(args, cwd=tmp_path, env=env)
     assert submitted.returncode == 2 and (tmp_path / "sbatch-ran").exists()

@@ -1,5 +1,5 @@
 """A received sweep folder is data (issue 39, items 1, 2 and settle's minor cases of 7): nothing in
-its files runs when ``launch.settle`` relaunches its runs, no resolver runs on a record read back
+its files runs when ``launch.analysis.settle`` relaunches its runs, no resolver runs on a record read back
 (the report, settle, eval, the sandbox's titles), and settle's refusals are one line.
 
 The sweep folders here are written as ``python -m src.run -m`` writes them (the config the suite
@@ -24,10 +24,10 @@ from omegaconf import OmegaConf
 from test_claims import run
 from test_settle import GAIN, FakeSweep
 
-from launch import settle
-from launch.claims import Claim
+from launch.analysis import settle
+from launch.analysis.claims import Claim
+from launch.analysis.records import read_runs
 from launch.plan import compose
-from launch.records import read_runs
 from src.engine.record.identity import Identity
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -185,7 +185,7 @@ def test_the_sweeps_launcher_is_kept_and_its_shell_lines_come_only_from_the_comm
     removed suite callbacks; ``hydra.launcher.setup`` (shell lines in every SLURM job) is refused
     naming the file, and the user gives it, trusted, on settle's own command line, which takes
     nothing but Hydra overrides."""
-    from launch import relaunch
+    from launch.analysis import relaunch
 
     kept = ("hydra/launcher=slurm", "hydra.launcher.partition=gpu", "~hydra.callbacks.data_prepared")
     root = write_sweep(tmp_path / "sweep", hydra=kept)
@@ -297,7 +297,14 @@ def test_a_records_oc_env_secret_never_reaches_the_report(tmp_path):
     shown as written."""
     hydra_only_record(tmp_path / "runs")
     env = {**os.environ, "MYSECRET": SECRET}
-    command = [sys.executable, "-m", "launch.report", str(tmp_path / "runs"), "--out", str(tmp_path / "out")]
+    command = [
+        sys.executable,
+        "-m",
+        "launch.analysis.report",
+        str(tmp_path / "runs"),
+        "--out",
+        str(tmp_path / "out"),
+    ]
     done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     assert {p.name for p in (tmp_path / "out").iterdir()} >= {"report.md", "results.csv", "results.json"}

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from launch import report
-from launch.records import read_runs, read_wandb
+from launch.analysis import report
+from launch.analysis.records import read_runs, read_wandb
 from src.engine.record.identity import Identity
 
 STEPS = list(range(100, 1001, 100))
@@ -262,7 +262,7 @@ def test_a_torn_record_is_read_with_a_warning_and_a_damaged_one_is_listed(tmp_pa
 def test_a_composition_is_told_apart_by_its_parts_options_not_by_its_target(tmp_path):
     """A composed run beside single-variant runs: its settings are its parts' options; the
     ``_target_`` and ``parts`` that differ from the others' are its name, already in its column."""
-    from launch.records import options
+    from launch.analysis.records import options
 
     write_run(tmp_path, "standard", 0, [0.5], settings={"attn._target_": "src.attention.build"})
     composed = {"attn._target_": "src.attention.compose", "attn.parts": ["cond_init", "precond"]}
@@ -278,7 +278,7 @@ def test_a_composition_is_told_apart_by_its_parts_options_not_by_its_target(tmp_
 
 
 def test_every_plot_panel_is_titled_and_labelled_and_no_legend_covers_a_panel(runs_root):
-    from launch.plots import figures
+    from launch.analysis.plots import figures
 
     runs = read_runs([runs_root])
     monitor = [
@@ -307,7 +307,7 @@ def test_every_plot_panel_is_titled_and_labelled_and_no_legend_covers_a_panel(ru
 
 
 def test_entropy_stays_in_the_row_of_kappa_p_whatever_panels_come_before():
-    from launch.plots import COLUMNS, panel_slots
+    from launch.analysis.plots import COLUMNS, panel_slots
 
     for before in range(0, 6):
         keys = [f"kappa/k{i}/median" for i in range(before)] + ["kappa/P/median", "entropy/P/median"]
@@ -323,7 +323,7 @@ def test_the_legend_of_every_reading_lies_whole_inside_the_saved_plot(tmp_path):
 
     from matplotlib.image import imread
 
-    from launch.plots import _png, figures
+    from launch.analysis.plots import _png, figures
 
     readings = sorted((Path(__file__).parents[2] / "conf" / "reading").glob("*.yaml"))
     assert len(readings) >= 12

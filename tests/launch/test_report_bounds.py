@@ -23,8 +23,8 @@ import torch
 from conftest import main_in_process
 from test_report import write_run
 
-from launch import report
-from launch.records import read_runs
+from launch.analysis import report
+from launch.analysis.records import read_runs
 from src.engine.record import files
 from src.errors import SuiteError
 
@@ -79,7 +79,7 @@ def test_the_report_finishes_within_seconds_next_to_a_fifo_and_dev_zero(tmp_path
     os.mkfifo(fifo / "summary.json")
     started = time.monotonic()
     result = subprocess.run(
-        [sys.executable, "-m", "launch.report", str(runs), "--out", str(tmp_path / "out")],
+        [sys.executable, "-m", "launch.analysis.report", str(runs), "--out", str(tmp_path / "out")],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         capture_output=True,
@@ -421,8 +421,8 @@ def test_a_last_checkpoint_whose_record_is_a_string_is_set_aside_and_the_run_res
 def test_settle_counts_no_debug_run_as_a_seed_of_its_experiment(tmp_path):
     """A `debug=fdr` run under a sweep folder is no seed of an experiment for settle either: it
     never joins a group whose verdict it would enter."""
-    from launch.records import read_runs
-    from launch.settle import group
+    from launch.analysis.records import read_runs
+    from launch.analysis.settle import group
 
     write_run(tmp_path, "standard", 1, [0.8] * 10)
     make_debug(write_run(tmp_path, "standard", 0, [0.8] * 10), "overrides.yaml")
@@ -434,7 +434,7 @@ def test_settle_counts_no_debug_run_as_a_seed_of_its_experiment(tmp_path):
 def test_settle_reads_a_settle_json_that_is_a_fifo_as_one_line(tmp_path, deadline):
     """settle itself on a received folder whose `settle.json` is a FIFO: the state is refused in one
     line (it would wait for a writer for ever), never read."""
-    from launch.settle import load_state
+    from launch.analysis.settle import load_state
 
     os.mkfifo(tmp_path / "settle.json")
     with pytest.raises(SuiteError, match=r"settle\.json is a FIFO \(named pipe\).*move it aside"):

@@ -20,8 +20,8 @@ import pytest
 import yaml
 from test_report import write_run
 
-from launch import report
-from launch.records import read_runs
+from launch.analysis import report
+from launch.analysis.records import read_runs
 from src.engine.record.identity import MOVED_TARGETS, Identity
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -158,7 +158,7 @@ def test_a_write_that_fails_is_one_line_and_leaves_the_earlier_report_byte_for_b
     write_run(runs, "cond_init", 0, [0.9] * 10)  # the new report would differ in every file
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     result = subprocess.run(
-        [sys.executable, "-m", "launch.report", str(runs), "--out", str(out)],
+        [sys.executable, "-m", "launch.analysis.report", str(runs), "--out", str(out)],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -248,7 +248,11 @@ def test_an_interpolation_in_a_records_config_makes_its_run_unreadable_and_is_ne
 
 def test_nothing_that_reads_runs_builds_or_unpickles_anything():
     """The report's modules name none of the calls that build from a config or unpickle."""
-    readers = ["records", "results", "report", "plots", "verdicts", "glue_table", "callbacks", "dashboard"]
+    readers = [
+        *(f"analysis/{name}" for name in ["records", "results", "report", "plots", "verdicts", "glue_table"]),
+        "cluster/callbacks",
+        "analysis/dashboard",
+    ]
     forbidden = re.compile(
         r"\b(instantiate|get_class|get_method|get_object|_locate|torch\.load|pickle\.loads?)\b"
     )

@@ -13,7 +13,7 @@ from conftest import compose as compose_job
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from launch.callbacks import check_world
+from launch.cluster.callbacks import check_world
 from src.engine.record.identity import Identity
 from src.errors import ConfigError
 

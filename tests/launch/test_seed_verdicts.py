@@ -1,4 +1,4 @@
-"""P5's claims judged from seed sets (launch/seed_verdicts.py): the sign test's verdict, Holm over
+"""P5's claims judged from seed sets (launch/analysis/seed_verdicts.py): the sign test's verdict, Holm over
 a variant's readings, the reading a set matches, and the stages' one-sample verdict."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from scipy.stats import binomtest
 
-from launch.claims import CLAIMS
-from launch.seed_verdicts import reading_of, seed_verdicts
-from launch.stats import SHARE_MARGIN, pairs_needed
+from launch.analysis.claims import CLAIMS
+from launch.analysis.seed_verdicts import reading_of, seed_verdicts
+from launch.analysis.stats import SHARE_MARGIN, pairs_needed
 from src.sandbox.curves import Curves
 
 PRECOND = {"variant": "precond", "eps": 1e-6, "detach": True, "gain": False}
@@ -71,9 +71,9 @@ def test_spikes_sharper_than_the_control_steps_reproduce_the_curvature_claim(tmp
     """Four seeds whose spikes are far more often past 2/λ than their other steps: the mean
     difference over the seeds and its t interval above 0; the learning rate without a spike gives
     no row, only a mention; the report prints the row."""
-    from launch.report import main as report
-    from launch.seed_verdicts import load_memories
-    from launch.stats import paired_test
+    from launch.analysis.report import main as report
+    from launch.analysis.seed_verdicts import load_memories
+    from launch.analysis.stats import paired_test
 
     def statistic(lr: float, spikes: int, sharp: int, control: int, control_sharp: int, diffs) -> dict:
         return {
@@ -155,7 +155,7 @@ def test_the_initialization_split_compares_the_shares_by_fishers_test():
 def test_newcombes_interval_matches_his_worked_example():
     """Newcombe (1998), Statistics in Medicine 17:873, table II, method 10: 56/70 − 48/80 = 0.2
     with 95% interval [0.0524, 0.3339]."""
-    from launch.stats import difference_interval
+    from launch.analysis.stats import difference_interval
 
     low, high = difference_interval(56, 70, 48, 80)
     assert (low, high) == pytest.approx((0.0524, 0.3339), abs=1e-4)

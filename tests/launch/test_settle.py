@@ -1,4 +1,4 @@
-"""Seeds until settled (launch.settle): the looks' alpha, where the loop stops, and a kill."""
+"""Seeds until settled (launch.analysis.settle): the looks' alpha, where the loop stops, and a kill."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ import pytest
 from scipy import stats as scipy_stats
 from test_claims import run
 
-from launch import stats
-from launch.claims import Claim
-from launch.records import Run, read_runs
-from launch.settle import Plan, settle
-from launch.verdicts import verdicts
+from launch.analysis import stats
+from launch.analysis.claims import Claim
+from launch.analysis.records import Run, read_runs
+from launch.analysis.settle import Plan, settle
+from launch.analysis.verdicts import verdicts
 from src.engine.record.identity import Identity
 
 GAIN = Claim("T-gain", "T", "the variant trains better", "spectral", "final", "metric", ("digits",))
@@ -155,7 +155,10 @@ def test_a_killed_settle_resumes_without_running_a_seed_twice(tmp_path):
 
 def test_settle_refuses_a_folder_that_is_not_a_sweep_in_one_line(tmp_path):
     done = subprocess.run(
-        [sys.executable, "-m", "launch.settle", str(tmp_path)], capture_output=True, text=True, check=False
+        [sys.executable, "-m", "launch.analysis.settle", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert done.returncode == 2
     assert (
@@ -177,7 +180,7 @@ def test_settle_repeats_the_sweeps_own_command_with_new_seeds_and_the_report_sta
     sweep = [sys.executable, "-m", "src.run", "-m", "task=digits", "reading=standard,spectral_q", "seed=0,1"]
     subprocess.run([*sweep, *short, f"hydra.sweep.dir={root}"], check=True, capture_output=True)
     settled = subprocess.run(
-        [sys.executable, "-m", "launch.settle", str(root), "--cap", "3", "--batch", "1"],
+        [sys.executable, "-m", "launch.analysis.settle", str(root), "--cap", "3", "--batch", "1"],
         capture_output=True,
         text=True,
         check=False,
@@ -191,14 +194,17 @@ def test_settle_repeats_the_sweeps_own_command_with_new_seeds_and_the_report_sta
     state = json.loads((root / "settle.json").read_text())
     assert sorted(state["targets"].values()) == [3, 3]
     again = subprocess.run(  # the same command again (after a kill, say): its plan, nothing launched
-        [sys.executable, "-m", "launch.settle", str(root), "--cap", "3", "--batch", "1"],
+        [sys.executable, "-m", "launch.analysis.settle", str(root), "--cap", "3", "--batch", "1"],
         capture_output=True,
         text=True,
         check=False,
     )
     assert again.returncode == 0 and " more of " not in again.stdout, again.stderr[-2000:]
     report = subprocess.run(
-        [sys.executable, "-m", "launch.report", str(root)], capture_output=True, text=True, check=True
+        [sys.executable, "-m", "launch.analysis.report", str(root)],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     assert "looks at 2 (0.0060/0.0164), 3 (0.0190/0.0336) seeds" in report
     rows = report.splitlines()
@@ -213,7 +219,7 @@ def test_settle_repeats_the_sweeps_own_command_with_new_seeds_and_the_report_sta
         command = [
             sys.executable,
             "-m",
-            "launch.settle",
+            "launch.analysis.settle",
             str(root),
             "--confirm",
             "spectral_q",
@@ -230,7 +236,10 @@ def test_settle_repeats_the_sweeps_own_command_with_new_seeds_and_the_report_sta
     ]
     assert {r.identity.without("stage").hash for r in fresh} == {r.experiment for r in runs}  # same settings
     report = subprocess.run(
-        [sys.executable, "-m", "launch.report", str(root)], capture_output=True, text=True, check=True
+        [sys.executable, "-m", "launch.analysis.report", str(root)],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     assert any(
         line.startswith(
@@ -264,7 +273,7 @@ def test_confirm_runs_pair_among_themselves_and_are_a_family_of_their_own():
 
 def test_primary_only_leaves_exploratory_rows_at_their_seeds(tmp_path):
     """``--primary``: a row whose reading is not its claim's primary gets no seeds."""
-    from launch.settle import readings_filter
+    from launch.analysis.settle import readings_filter
 
     sweep = FakeSweep(0.0, 0.02, rng_seed=2)
     plan = Plan(first=3, batch=2, cap=7)
@@ -277,7 +286,7 @@ def test_primary_only_leaves_exploratory_rows_at_their_seeds(tmp_path):
 def test_rows_the_settle_never_judged_keep_the_fixed_levels(tmp_path):
     """Under ``--primary`` an exploratory row is never looked at sequentially: the report reads it
     at the fixed levels, not at a look's spent alpha; settled as a wanted row, at its last look's."""
-    from launch.settle import read_plan, readings_filter
+    from launch.analysis.settle import read_plan, readings_filter
 
     plan = Plan(3, 2, 7)
     only_primary, every_row = tmp_path / "primary", tmp_path / "all"

@@ -1,4 +1,4 @@
-"""A real SLURM cluster on localhost (launch/local_slurm.sh) of two nodes, each a network
+"""A real SLURM cluster on localhost (launch/cluster/local_slurm.sh) of two nodes, each a network
 namespace with its own slurmd: a smoke sweep through hydra/launcher=slurm, a job on both nodes
 that trains one model, and a two-node job requeued mid-run that resumes to the end of an
 uninterrupted one.
@@ -27,7 +27,7 @@ from conftest import QUIET, ROOT, run_cli
 
 from src.engine.record.files import read_metrics
 
-SCRIPT = ROOT / "launch" / "local_slurm.sh"
+SCRIPT = ROOT / "launch" / "cluster" / "local_slurm.sh"
 ON_LOCAL_CLUSTER = [
     "hydra/launcher=slurm",
     "hydra.launcher.gpus_per_node=null",
@@ -50,7 +50,7 @@ CAP_S = 2400
 @pytest.fixture(scope="module")
 def slurm_env():
     if shutil.which("slurmctld") is None or os.geteuid() != 0:
-        reason = "needs root and Debian's slurm packages (launch/local_slurm.sh install)"
+        reason = "needs root and Debian's slurm packages (launch/cluster/local_slurm.sh install)"
         if os.environ.get("REQUIRE_SLURM"):
             pytest.fail(reason)
         pytest.skip(reason)

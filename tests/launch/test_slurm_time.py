@@ -15,9 +15,9 @@ from conftest import CONF, QUIET
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from launch import slurm_time
-from launch.slurm_launcher import OneLineSubmissionErrors, attempts_line
-from launch.slurm_time import MIN_TIMEOUTS, SLACK, attempt_min, parse_slurm_time
+from launch.cluster import slurm_time
+from launch.cluster.slurm_launcher import OneLineSubmissionErrors, attempts_line
+from launch.cluster.slurm_time import MIN_TIMEOUTS, SLACK, attempt_min, parse_slurm_time
 from src.errors import ConfigError
 
 

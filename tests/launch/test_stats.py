@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from test_claims import FINAL, run
 
-from launch import stats
-from launch.claims import Claim
-from launch.verdicts import claims_section, verdicts
+from launch.analysis import stats
+from launch.analysis.claims import Claim
+from launch.analysis.verdicts import claims_section, verdicts
 
 
 def verdict(diffs: list[float], margin: float | None = 0.01, sign: int = 1) -> str:
@@ -162,7 +162,7 @@ def test_without_a_margin_no_equivalent_verdict_and_the_row_says_so():
 
 @pytest.mark.parametrize("item", ["P9=0.01", "P2-image=big", "P2-image=-0.01", "P5-precond=0.5"])
 def test_a_bad_margin_is_one_line_and_status_2(item, tmp_path, capsys):
-    from launch import report
+    from launch.analysis import report
 
     assert report.main(["--margin", item, str(tmp_path)]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
@@ -203,7 +203,7 @@ def test_a_budget_states_steps_epochs_and_what_was_seen():
     steps × global batch, tokens for a language model."""
     from dataclasses import replace
 
-    from launch.verdicts import budget_of
+    from launch.analysis.verdicts import budget_of
     from src.engine.record.identity import Identity
 
     def budget(trainer: dict, task: dict, per_epoch: int | None) -> str:

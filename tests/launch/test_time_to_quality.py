@@ -8,9 +8,9 @@ import statistics
 import pytest
 from test_claims import run
 
-from launch.claims import CLAIMS
-from launch.time_to_quality import km_median, median_ratio, steps_to_target, target
-from launch.verdicts import claims_section, verdicts
+from launch.analysis.claims import CLAIMS
+from launch.analysis.time_to_quality import km_median, median_ratio, steps_to_target, target
+from launch.analysis.verdicts import claims_section, verdicts
 
 SPEED = next(c for c in CLAIMS if c.key == "P4-speed")
 IMAGE_SPEED = type(SPEED)(**{**SPEED.__dict__, "tasks": ("digits",)})

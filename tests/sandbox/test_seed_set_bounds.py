@@ -1,6 +1,6 @@
 """Seed sets read only as far as they can be bounded (issue 39, item 4 and item 7): a torn or
 wrongly shaped ``curves.json``, a FIFO or ``/dev/zero`` in its place, a damaged ``memory.json``:
-``launch.report`` lists the file with its reason and goes on with the other sets;
+``launch.analysis.report`` lists the file with its reason and goes on with the other sets;
 ``src.sandbox.success`` and ``src.sandbox.join`` end in one ``error:`` line, exit 2, nothing
 written."""
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from launch import report
+from launch.analysis import report
 from src.sandbox import join, success
 from src.sandbox.curves import Curves
 
@@ -67,7 +67,7 @@ def shaped(folder: Path, change, seeds: tuple[int, int] = (0, 1)) -> Path:
     return path
 
 
-# -- launch.report --------------------------------------------------------------------------------------
+# -- launch.analysis.report ----------------------------------------------------------------------------
 
 
 def test_a_torn_curves_json_anywhere_in_the_tree_is_listed_and_the_report_goes_on(tmp_path, capsys):
@@ -111,7 +111,7 @@ def test_a_curves_json_that_is_a_fifo_or_dev_zero_never_stops_the_report(tmp_pat
     path.parent.mkdir()
     os.mkfifo(path) if kind == "fifo" else path.symlink_to("/dev/zero")
     result = subprocess.run(
-        [sys.executable, "-m", "launch.report", str(tmp_path), "--out", str(tmp_path / "out")],
+        [sys.executable, "-m", "launch.analysis.report", str(tmp_path), "--out", str(tmp_path / "out")],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         capture_output=True,

@@ -145,9 +145,9 @@ def test_a_common_budget_reads_every_set_to_the_same_epoch():
 
 
 def test_the_report_pairs_seed_sets_by_backbone_with_their_standard(tmp_path):
-    """``python -m launch.report`` on a folder of seed sets only: one section per backbone, the
+    """``python -m launch.analysis.report`` on a folder of seed sets only: one section per backbone, the
     variant paired with standard, a set of other epochs listed as not paired, a figure each."""
-    from launch.report import main as report
+    from launch.analysis.report import main as report
 
     sets = {
         "standard": (curves_learning_at([10, 10, 12, None, None, 15, 10, None]), []),
@@ -163,7 +163,7 @@ def test_the_report_pairs_seed_sets_by_backbone_with_their_standard(tmp_path):
     assert "### `sandbox`" in text
     assert "| `attn=cond_init` (8) | 8 of 8" in text and "faster / faster" in text
     assert "Not paired with" in text and "short` (2 seeds × 10 epochs)" in text
-    # P5's claims from the sets: cond_init learned first in 8 of 8 (launch/seed_verdicts.py)
+    # P5's claims from the sets: cond_init learned first in 8 of 8 (launch/analysis/seed_verdicts.py)
     assert "| `P5-cond_init` | `sandbox` |" in text and "| 8 | 1.00 [0.63, 1.00] | reproduced |" in text
     assert (tmp_path / "report" / "p5_success_sandbox.png").stat().st_size > 1000
 
@@ -199,7 +199,7 @@ def test_a_sweep_trains_one_set_per_cell_and_the_report_draws_the_grid(tmp_path,
     """``optim.lr=a,b,c`` gives three sets in folders named by the cell; a second call keeps them
     (and refuses other seeds); the report tabulates the cells against the swept key, and pairs
     a variant with the standard set of its own cell."""
-    from launch.report import main as report
+    from launch.analysis.report import main as report
     from src.sandbox.seeds import cells, main
 
     grid = cells(["experiment=paper/p5", "optim.lr=1e-3,3e-3,1e-2"])

@@ -135,7 +135,7 @@ def test_glue_tiny_pretrains_fine_tunes_and_beats_chance_on_each_task(tmp_path):
         chance = 0.5 + 3 * math.sqrt(0.25 / 400)  # 400 balanced dev examples: 3 sampling sigmas above 0.5
         assert summary["final"]["val/acc"] > chance, (task, summary["final"])
     out = subprocess.run(
-        [sys.executable, "-m", "launch.report", str(sweep), "--out", str(tmp_path / "report")],
+        [sys.executable, "-m", "launch.analysis.report", str(sweep), "--out", str(tmp_path / "report")],
         capture_output=True,
         text=True,
         cwd=Path(__file__).resolve().parents[2],

@@ -2,7 +2,7 @@
 
 Written once for every caller that must get the model training gets: the shared loop
 (:func:`.shared_loop.fit_shared`), ``python -m src.eval`` (which then loads a checkpoint into it)
-and the bench's bare loop (:mod:`launch.bench_training`). The same config and the same seed give
+and the bench's bare loop (:mod:`launch.tools.bench_training`). The same config and the same seed give
 the same weights whichever builds it.
 """
 

@@ -4,7 +4,7 @@ GPU whether fp32 matmuls and convolutions use TF32.
 x86 cores compute with denormal (subnormal) floats many times slower than with normal ones. A
 variant that saturates the softmax (``spectral`` at lam=10) fills attention's backward with
 them: measured on ViT-S, 2 cores, ``spectral`` ran 1.05× ``standard`` with denormals and 1.00×
-with them flushed (``python -m launch.bench --no-flush-denormal``). Flushing changes only values
+with them flushed (``python -m launch.tools.bench --no-flush-denormal``). Flushing changes only values
 below 1.2e-38 in fp32, far under any gradient that moves a weight. GPUs compute with denormals
 at full speed, so the switch only acts on a CPU; ``trainer.flush_denormal`` turns it off.
 

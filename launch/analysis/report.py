@@ -1,0 +1,485 @@
+"""Turn run records into the papers' tables: ``python -m launch.analysis.report RUN_DIRS… [--wandb E/P]``.
+
+Groups completed runs by experiment, their identity without the seed (task, backbone, variant
+and its options, and every other setting: run length, recipe, data), and writes ``report.md``
+(mean ± std of the main metric over seeds, the number of seeds, the paper's number and gain
+beside ours; the settings that tell experiments of one task and backbone apart), the P4-style
+steps each variant needs to reach ``standard``'s final metric, PNG plots (the metric over
+training per experiment with a band over seeds; κ over training), the runs that failed, failed
+to start, never finished or cannot be read (``unreadable``: a damaged or foreign record, a file
+that is not a regular one or larger than its limit, a number outside its metric's range; one row
+each with its reason; the report goes on with the others), with their error line, the records
+of one identity and seed whose numbers differ (``disagrees``: both shown, neither counted,
+:func:`launch.analysis.results.flag_disagreements`), the debug runs (``debug=fdr``: listed, never counted)
+and the duplicates (two runs of one identity and seed, the same numbers: counted once). Every
+file is read within its bounds (:mod:`src.engine.record.bounded`). Which way a metric is better
+comes from ``summary.json``'s ``metric_mode``. Each number says its split: a run's test number
+(``eval-test.json`` of the record's own configuration) where every seed of its experiment has
+one, else the validation value. Beside the document, ``results.csv`` and ``results.json`` carry
+the same rows: one per run and one per experiment (:func:`export_rows`).
+
+Every file is written whole or not at all, and all of them or none: each goes to a temporary
+file beside its place, and only once every one is written are they renamed into place
+(:func:`write_files`). A write that fails is one ``error: cannot write <path> (<reason>; N MB
+free on its disk)`` line and exit status 2, the earlier report left as it was.
+
+This module writes the documents and is the command; what it prints comes from its neighbours:
+the experiments' numbers (:func:`table`, :func:`convergence`) from :mod:`launch.analysis.results`, the
+claims' verdicts and their section from :mod:`launch.analysis.verdicts`, the GLUE section (each variant's GLUE
+tasks and their average) from :mod:`launch.analysis.glue_table`, the plots from :mod:`launch.analysis.plots`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import errno
+import io
+import json
+import os
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+from src.engine.record.bounded import limit_of, open_file
+from src.engine.record.files import RecordError, write_failure
+from src.engine.record.lock import OutputLock, RunFolderBusy
+from src.errors import SuiteError
+
+from .claims import parse_margins
+from .glue_table import glue_section
+from .paper import P4_EPOCHS_TO_TARGET, lookup, reported_by
+from .plots import pngs
+from .records import Run, options, read_runs, read_wandb, variant_options
+from .results import (
+    Cell,
+    Convergence,
+    convergence,
+    describe,
+    experiments,
+    flag_disagreements,
+    fmt,
+    not_attn,
+    one_split,
+    table,
+)
+from .settle import STATE, Plan, read_plan
+from .stats import Levels
+from .verdicts import claims_section, verdicts
+
+
+def markdown(
+    cells: list[Cell],
+    conv: list[Convergence],
+    runs: list[Run],
+    margins: dict[str, float] | None = None,
+    settled: list[tuple[Path, Plan, dict[str, Levels]]] = (),
+) -> str:
+    """The whole report: the results table, P4's steps, the claims (``margins``: the user's δ by
+    claim; ``settled``: the plans of sweeps settled by :mod:`launch.analysis.settle`, whose looks' levels
+    their rows are read at), the runs not counted."""
+    lines = [
+        "# Results",
+        "",
+        "Main metric per experiment: mean ± std over seeds (accuracies and COCO APs in %; — for the "
+        "spread of one seed). An experiment is a run's whole configuration but its seed: *variant* "
+        "with its options that are not defaults, *steps* its length, *settings* what else tells it "
+        "apart from the other experiments of its task and backbone. *split*: where *ours* is from: "
+        "`test` when every seed has a test number (`python -m src.eval RUN split=test`), else the "
+        "final `val` value of every seed (never a mix). *gain*: against our `standard` in the same "
+        "settings and split. *paper*: the number docs/methods.md quotes (the papers report test "
+        "numbers: *ours − paper* from `val` says so) and its gain over the same paper's baseline.",
+        "",
+        "| task | backbone | variant | settings | steps | split | metric | ours | n | gain | paper "
+        "| paper gain | ours − paper |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    lines += [_cell_row(row) for c in cells for row in (c, *_rows_it_stands_for(c))]
+    lines += [
+        "",
+        "## Steps to reach `standard`'s final validation metric (P4)",
+        "",
+        "From the validation curves (split `val`). Kaplan–Meier median over the seeds (a seed that "
+        "never reaches it is censored at its last step, not dropped; *not reached* where the median "
+        "is not); the ratio is to `standard`'s budget. The claims' verdict on it is P4-speed's "
+        "(time to a target with an interval, in the Claims section). "
+        "P4 reports cond_init at 0.70× the default's epochs on ImageNet.",
+        "",
+        "| task | backbone | variant | settings | steps | epochs | reached | ratio | P4 ratio |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    shared = [(v, row) for v in conv for row in (v.backbone, *reported_by(v.task, v.backbone))]
+    for v, row in shared:
+        p4 = P4_EPOCHS_TO_TARGET.get(row, {}) if v.task == "imagenet" else {}
+        p4_ratio = f"{p4[v.attn] / p4['standard']:.2f}" if v.attn in p4 else "—"
+        steps = "not reached" if v.steps is None else f"{v.steps:g}"
+        epochs = "—" if v.epochs is None else f"{v.epochs:.1f}"
+        ratio = "—" if v.ratio is None else f"{v.ratio:.2f}"
+        backbone = v.backbone if row == v.backbone else f"{row} ({v.backbone} runs)"
+        lines.append(
+            f"| {v.task} | {backbone} | {v.variant} | {describe(v.options)} | {steps} | {epochs} | "
+            f"{v.reached}/{v.seeds} | "
+            f"{ratio} | {p4_ratio} |"
+        )
+    levels = {e: lv for _, _, by_experiment in settled for e, lv in by_experiment.items()}
+    rules = [f"`{root}`: {plan.describe()}." for root, plan, _ in settled]
+    found = verdicts(of_experiments(runs), margins=margins, levels=levels)
+    sections = [*glue_section(of_experiments(runs)), *claims_section(found, rules), *not_counted(runs)]
+    return "\n".join([*lines, *sections]) + "\n"
+
+
+def _rows_it_stands_for(c: Cell) -> list[Cell]:
+    """The cell again for each other paper row its runs stand for
+    (:data:`launch.analysis.paper.REPORTED_FROM`: DeiT-B's from the ViT-B runs), with that row's paper
+    number, its backbone named ``deit_base (vit_base runs)``."""
+    return [
+        dataclasses.replace(
+            c, backbone=f"{row} ({c.backbone} runs)", paper=lookup(c.task, row, c.attn, c.metric)
+        )
+        for row in reported_by(c.task, c.backbone)
+    ]
+
+
+def _cell_row(c: Cell) -> str:
+    """One experiment's row of the results table."""
+    p = c.paper
+    paper = f"{fmt(p.value, c.metric)} ({p.source})" if p else "—"
+    paper_gain = fmt(p.value - p.baseline, c.metric) if p and c.attn != "standard" else "—"
+    diff = fmt(c.mean - p.value, c.metric) if p else "—"
+    if p and c.split != "test":
+        diff += " (val vs test)"
+    length = "—" if c.steps is None else f"{c.steps}" + ("" if c.epochs is None else f" ({c.epochs:.3g} ep)")
+    split = f"{c.split} ({c.note})" if c.note else c.split
+    ours = f"{fmt(c.mean, c.metric)} ± {fmt(c.std, c.metric)}"
+    return (
+        f"| {c.task} | {c.backbone} | {c.variant} | {c.label} | {length} | {split} | {c.metric} | {ours} "
+        f"| {c.n} | {fmt(c.gain, c.metric)} | {paper} | {paper_gain} | {diff} |"
+    )
+
+
+#: Statuses of runs that are not counted although they ran: each has its own section.
+SET_APART = ("debug", "disagrees")
+
+
+def of_experiments(runs: list[Run]) -> list[Run]:
+    """``runs`` but the debug runs (``debug=fdr``): a few steps to try the code are no experiment's
+    run, so they take no part in its table, claims, plots or the settings that tell experiments
+    apart (the report lists them on their own, :func:`not_counted`)."""
+    return [r for r in runs if r.status != "debug"]
+
+
+def not_counted(runs: list[Run]) -> list[str]:
+    """The report's last sections: runs that did not complete, records of one experiment and seed
+    whose numbers disagree (neither counted), debug runs (not an experiment's), and duplicates
+    counted once."""
+    failed = [r for r in runs if r.status != "completed" and r.status not in SET_APART]
+    lines = ["", f"## Runs that did not complete ({len(failed)})", ""]
+    if failed:
+        lines += [
+            "| run | task | backbone | variant | seed | status | error |",
+            "| --- | --- | --- | --- | --- | --- | --- |",
+        ]
+        lines += [
+            "| "
+            + " | ".join(cell(x) for x in (r.name, r.task, r.backbone, r.attn, r.seed, r.status, r.error))
+            + " |"
+            for r in failed
+        ]
+    else:
+        lines.append("None.")
+    disagreeing = sorted(
+        (r for r in runs if r.status == "disagrees"), key=lambda r: (r.experiment, r.seed, r.name)
+    )
+    if disagreeing:
+        lines += [
+            "",
+            f"## Records that disagree ({len(disagreeing)}): the same experiment and seed, other numbers; "
+            "none of them counted",
+            "",
+            "Two records of one identity and seed are the same run twice: where their numbers differ, at "
+            "least one is not what it says. Move aside the one that is not the run's record (or rerun the "
+            "seed in a folder of its own) and report again.",
+            "",
+            "| run | task | backbone | variant | seed | metric | final | test | how they differ |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        ]
+        for r in disagreeing:
+            test = r.reported.value if r.reported and r.reported.split == "test" else None
+            cells = (
+                r.name,
+                r.task,
+                r.backbone,
+                r.attn,
+                r.seed,
+                r.metric,
+                r.final.get(r.metric or ""),
+                test,
+                r.error,
+            )
+            lines.append("| " + " | ".join(cell(x) for x in cells) + " |")
+    debug = [r for r in runs if r.status == "debug"]
+    if debug:
+        lines += ["", f"## Debug runs ({len(debug)}): not counted", ""]
+        lines += [f"- {r.name} ({r.task} · {r.backbone} · {r.attn}, seed {r.seed}): {r.error}" for r in debug]
+    _, duplicates = experiments(runs)
+    if duplicates:
+        heading = f"## Duplicate runs ({len(duplicates)}): the same experiment and seed, counted once"
+        lines += ["", heading, ""]
+        lines += [f"- {dup.name} repeats {kept.name} (seed {kept.seed})" for kept, dup in duplicates]
+    return lines
+
+
+def cell(value: Any) -> str:
+    """``value`` as one cell of a markdown table: one line, its ``|`` escaped, "" for None."""
+    return "" if value is None else " ".join(str(value).split()).replace("|", "\\|")
+
+
+# -- the exports: one row per run and one per experiment (results.csv, results.json) ------------
+
+FIELDS = (
+    "kind task backbone attn options settings seed seeds steps epochs wall_s status error metric split "
+    "final checkpoint best best_split mean std n note experiment run_dir"
+).split()
+TYPES = {"seed": int, "steps": int, "n": int, "seeds": list} | dict.fromkeys(
+    ("epochs", "wall_s", "final", "best", "mean", "std"), float
+)  # the rest are strings: what the csv needs to read back as the json holds it
+
+
+def export_rows(runs: list[Run]) -> list[dict[str, Any]]:
+    """Every run (``kind=run``), then every experiment of completed runs (``kind=group``), as rows
+    with the :data:`FIELDS` keys, None where a key does not apply (*error*: why a run did not
+    complete, or cannot be read). *options*: the variant's
+    non-default options; *settings*: what else tells the experiment apart. A run's *final* is its
+    test number where it has one, else its final validation value (*split*, *checkpoint* say
+    which); *best* its best validation value. A group's *mean*, *std* (None for one seed), *n* and
+    *seeds* are over one split (*split*; *note* when some seeds had test numbers and some not)."""
+    settings = options(of_experiments(runs))
+    rows = []
+    for r in sorted(runs, key=lambda r: (r.task, r.backbone, r.attn, r.experiment, r.seed, r.name)):
+        number = r.reported if r.status in ("completed", "disagrees") else None
+        best = r.best.get(r.metric or "")
+        rows.append(
+            {
+                **_common(r, settings),
+                "kind": "run",
+                "seed": r.seed,
+                "wall_s": r.wall_s,
+                "status": r.status,
+                "error": r.error if r.status != "completed" else None,
+                "metric": number.key if number else r.metric,
+                "split": number.split if number else None,
+                "final": number.value if number else None,
+                "checkpoint": number.checkpoint if number else None,
+                "best": best,
+                "best_split": "val" if best is not None else None,
+                "run_dir": r.name,
+            }
+        )
+    groups, _ = experiments(runs)
+    for members in groups.values():
+        split, key, values, note = one_split(members)
+        rows.append(
+            {
+                **_common(members[0], settings),
+                "kind": "group",
+                "seeds": [r.seed for r in members],
+                "metric": key,
+                "split": split,
+                "mean": statistics.fmean(values),
+                "std": statistics.stdev(values) if len(values) > 1 else None,
+                "n": len(values),
+                "note": note or None,
+            }
+        )
+    return [{k: row.get(k) for k in FIELDS} for row in rows]
+
+
+def _common(run: Run, settings: dict) -> dict[str, Any]:
+    """The keys a run shares with its group: what the experiment is and how long it ran."""
+    return {
+        "task": run.task,
+        "backbone": run.backbone,
+        "attn": run.attn,
+        "options": variant_options(run.attn, run.attn_options) or None,
+        "settings": describe(not_attn(settings.get(run.experiment, {}))).replace("—", "") or None,
+        "steps": run.steps,
+        "epochs": run.epochs,
+        "experiment": run.experiment,
+    }
+
+
+def exports(rows: list[dict[str, Any]]) -> dict[str, bytes]:
+    """``results.csv`` and ``results.json``'s content: the same rows (:func:`export_rows`); in the
+    csv a None is an empty cell and a group's seeds are space-separated."""
+    text = io.StringIO(newline="")
+    writer = csv.DictWriter(text, fieldnames=FIELDS)
+    writer.writeheader()
+    for row in rows:
+        cells = {k: " ".join(map(str, v)) if isinstance(v, list) else v for k, v in row.items()}
+        writer.writerow({k: "" if v is None else v for k, v in cells.items()})
+    return {
+        "results.csv": text.getvalue().encode(),
+        "results.json": (json.dumps(rows, indent=1) + "\n").encode(),
+    }
+
+
+def write_files(out: Path, files: dict[str, bytes]) -> list[Path]:
+    """Write ``files`` (name: content) into ``out``, all of them whole or none: each to a temporary
+    file beside its place, then, once every one is written, each renamed into place. A
+    :class:`RecordError` (``cannot write <path> (<reason>; N MB free on its disk)``) when ``out``
+    cannot be made or a file cannot be written; the files already there are then left as they were
+    (only a rename failing midway, the folder vanishing under it, would leave some renamed)."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise RecordError(write_failure(out, error)) from error
+    written: list[tuple[Path, Path]] = []
+    lock = OutputLock(out, "python -m launch.analysis.report")  # two reports into one --out: the second is
+    try:  # refused, never a folder of both reports' files (or a file torn between them)
+        lock.acquire()
+    except RunFolderBusy as busy:
+        raise RecordError(str(busy)) from None
+    try:
+        for name, content in files.items():
+            path = out / name
+            tmp = path.with_name(f".{path.name}.tmp")
+            written.append((tmp, path))
+            write_synced(tmp, content, path)
+        for _, path in written:
+            if path.is_dir():  # the one rename that would fail for sure: before any is done
+                raise RecordError(
+                    write_failure(path, IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR)))
+                )
+        for tmp, path in written:
+            replace(tmp, path)
+    finally:
+        for tmp, _ in written:
+            tmp.unlink(missing_ok=True)
+        lock.release()
+    return [path for _, path in written]
+
+
+def replace(tmp: Path, path: Path) -> None:
+    """Rename ``tmp`` to ``path``; a :class:`RecordError` naming ``path`` if not (a folder by its name)."""
+    try:
+        os.replace(tmp, path)
+    except OSError as error:
+        raise RecordError(write_failure(path, error)) from error
+
+
+def write_synced(tmp: Path, content: bytes, path: Path) -> None:
+    """``content`` into ``tmp``, flushed to its disk; a :class:`RecordError` naming ``path`` if not."""
+    try:
+        with open(tmp, "wb") as f:
+            f.write(content)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as error:
+        raise RecordError(write_failure(path, error)) from error
+
+
+def read_exports_csv(path: Path) -> list[dict[str, Any]]:
+    """``results.csv`` read back into the rows ``results.json`` holds (types from :data:`TYPES`)."""
+
+    def typed(key: str, text: str) -> Any:
+        if text == "":
+            return None
+        kind = TYPES.get(key, str)
+        return [int(s) for s in text.split()] if kind is list else kind(text)
+
+    with open(path, newline="") as f:
+        return [{k: typed(k, v) for k, v in row.items()} for row in csv.DictReader(f)]
+
+
+def seed_sets(
+    roots: list[Path], margins: dict[str, float] | None = None
+) -> tuple[list[str], dict[str, bytes]]:
+    """P5's seed sets under ``roots`` (:func:`src.sandbox.success.report_section`), then P5's
+    claims judged from them (:mod:`launch.analysis.seed_verdicts`; ``margins`` as :func:`build`'s)."""
+    from src.sandbox.success import load_sets, report_section
+
+    from .seed_verdicts import read_memories, section, seed_verdicts
+
+    sets, unreadable = load_sets(roots)
+    memories, unread_memories = read_memories(roots)
+    lines, pngs = report_section(sets, unreadable + unread_memories)
+    return lines + section(seed_verdicts(sets, memories=memories, margins=margins)), pngs
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m launch.analysis.report", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument(
+        "runs", nargs="*", type=Path, help="run folders or folders that hold them (multirun dirs)"
+    )
+    parser.add_argument("--wandb", metavar="ENTITY/PROJECT", help="read the runs of a W&B project as well")
+    parser.add_argument(
+        "--out", type=Path, help="where report.md and the plots go (default: <first RUN_DIR>/report)"
+    )
+    parser.add_argument(
+        "--margin",
+        action="append",
+        default=[],
+        metavar="CLAIM=DELTA",
+        help="a claim's smallest effect of interest, in its measure's units (P2-image=0.01); repeatable",
+    )
+    args = parser.parse_args(argv)
+    try:
+        margins = parse_margins(args.margin)
+        for root in args.runs:  # read_plan reads it by name: a regular file within its limit first
+            state = root / STATE
+            if state.exists() or state.is_symlink():
+                open_file(state, limit_of(state), within=root).close()
+        settled = [(root, *plan) for root in args.runs if (plan := read_plan(root))]
+    except (ValueError, SuiteError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if not args.runs and not args.wandb:
+        parser.error("give run folders, --wandb ENTITY/PROJECT, or both")
+    runs = flag_disagreements(read_runs(args.runs) + (read_wandb(args.wandb) if args.wandb else []))
+    seed_lines, seed_pngs = seed_sets(args.runs, margins)
+    if not runs and seed_lines:  # only seed sets (python -m src.sandbox.seeds): their section alone
+        out = args.out or args.runs[0] / "report"
+        text = "# Results\n" + "\n".join(seed_lines) + "\n"
+        write_files(out, {"report.md": text.encode(), **seed_pngs})
+        print(text)
+        print(f"wrote {out / 'report.md'} and {len(seed_pngs)} plots", file=sys.stderr)
+        return 0
+    if not runs:
+        print(
+            f"error: no run folders (.hydra/config.yaml, or config.yaml beside metrics.jsonl) under "
+            f"{' '.join(map(str, args.runs))}",
+            file=sys.stderr,
+        )
+        return 2
+    out = args.out or (args.runs[0] / "report" if args.runs else Path("report"))
+    counted = of_experiments(runs)
+    text = markdown(table(counted), convergence(counted), runs, margins, settled)
+    text += "\n".join(seed_lines) + ("\n" if seed_lines else "")
+    plots = {**pngs(counted), **seed_pngs}
+    try:
+        write_files(out, {"report.md": text.encode(), **exports(export_rows(runs)), **plots})
+    except RecordError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(text)
+    unreadable = sum(1 for r in runs if r.status == "unreadable")
+    disagreeing = sum(1 for r in runs if r.status == "disagrees")
+    print(
+        f"wrote {out / 'report.md'}, results.csv and results.json, {len(plots)} plots"
+        + (f"; {unreadable} unreadable run folder(s), listed in the report" if unreadable else "")
+        + (
+            f"; {disagreeing} records that disagree, none counted, listed in the report"
+            if disagreeing
+            else ""
+        ),
+        file=sys.stderr,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,460 @@
+"""P5's claims judged from seed sets (``curves.json``, written by ``python -m src.sandbox.seeds``).
+
+P5's findings are rates over seeds, and its sandbox trains its seeds at once, so its claims are
+judged from the sets' curves rather than from run records (:mod:`launch.analysis.verdicts` judges those).
+A claim of :mod:`launch.analysis.claims` on ``modadd`` is judged here when its measure is one of:
+
+``stages``        on each ``standard`` set: per seed that leaves its first plateau and ends the
+                  rise after it, the first plateau minus that rise over the set's epochs (the
+                  measure :func:`launch.analysis.verdicts.stages` reads from a run's validation curve,
+                  here from the seed's test accuracy every 5 epochs, :func:`~src.sandbox.curves.seed_table`);
+                  its mean with a 95% t interval; *reproduced* when the interval is above 0 (a
+                  plateau longer than its rise). Seeds that never leave the plateau are censored:
+                  counted in the note, not in the mean.
+``learns_first``  each set of the claim's variant against the ``standard`` set of the same
+                  backbone, paired by seed (same data, same init draw): among the seeds that
+                  learned (≥ 95% test accuracy) first in one of the two, the share that did under
+                  the variant, with its exact 95% interval; the exact sign test
+                  (:func:`launch.analysis.time_to_quality.sign_test`); *reproduced* when it says faster
+                  (one-sided 2.5%), *contradicted* when slower, *equivalent* when TOST puts the
+                  share inside ``0.5 ± margin`` (the claim's margin,
+                  :data:`launch.analysis.stats.SHARE_MARGIN` by default; exact binomial tests at 5%
+                  each). An open row's note gives the discordant seeds the margin takes (80% power,
+                  :func:`launch.analysis.stats.pairs_needed`) and, at the set's rate of discordant
+                  seeds, the seeds. The claim's readings on
+                  one backbone are a family, Holm-adjusted (each side and the equivalence).
+
+``spike_curvature``  from a ``memory.json`` of ``python -m src.sandbox.memory`` (P5's associative
+                  memory under gradient descent), per learning rate with spikes: per seed, the
+                  share of its spike steps at which ``η·λ_max > 2`` minus that share among its
+                  other steps (the control); the mean over the seeds with a 95% t interval;
+                  *reproduced* when it is above 0 (one-sided 2.5%), *contradicted* below. The
+                  note gives the pooled shares.
+
+``clustering_first``  on each ``standard`` set whose seeds were probed (``curves.clustering``):
+                  per seed that learned, the epoch its clustering head emerged (the end of the
+                  first rise of its η² by the partial sum, :func:`src.sandbox.stages.emergence`)
+                  against the epoch it learned; among the seeds where one came more than a probe
+                  interval before the other, the share where the head came first [exact 95%],
+                  the exact sign test (its margin as ``learns_first``'s); *reproduced* when first
+                  (one-sided 2.5%). Seeds that
+                  learned with no ended rise, and never-learners whose head formed, are counted
+                  in the note.
+``curriculum``    each set fine-tuned from another's weights (``--init-from``, P5's curriculum)
+                  against the set of the same setting trained from scratch, paired by seed: the
+                  counts, the sign test and the margin of ``learns_first``, the fine-tuned set in
+                  the variant's place.
+``init_source``   within a fine-tuned set: the share that learned among the seeds whose source
+                  seed had learned, minus the share among those whose source had not, with
+                  Newcombe's 95% interval (:func:`launch.analysis.stats.difference_interval`) and Fisher's
+                  exact test, one-sided each way; *reproduced* when higher.
+
+The rows name the set's reading (:func:`launch.analysis.reading_files.match`, from the composed
+``attn`` the set records) and which is the claim's primary.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import warnings
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from scipy.stats import binomtest, fisher_exact
+
+from src.engine.record.bounded import RefusedFile, read_bytes
+from src.sandbox.curves import SUCCESS, Curves, first_success, seed_table
+from src.sandbox.stages import emergence
+from src.sandbox.success import backbone_of, compare, setting
+
+from . import stats
+from .claims import CLAIMS, SEED_SET_MEASURES, Claim
+from .reading_files import match
+
+MEASURES = ("stages", *SEED_SET_MEASURES)
+
+
+@dataclass(frozen=True)
+class SeedVerdict:
+    """One claim on one seed set (a backbone, a reading), with its statistic and verdict."""
+
+    claim: Claim
+    backbone: str
+    reading: str  # the conf/reading/ file the set matches, else its overrides
+    n: int  # the seeds the statistic is over
+    value: float | None  # the mean (stages, spike_curvature) or the variant's share of the first learners
+    low: float | None
+    high: float | None
+    p_for: float | None
+    p_against: float | None
+    note: str
+    epochs: int  # the budget: epochs of a seed set, steps of the memory
+    seeds: int
+    adjusted: str = ""
+    folder: str = ""  # the set's folder (a grid's cell: its name)
+    p_equivalent: float | None = None  # TOST's, where the claim has a margin
+
+    @property
+    def verdict(self) -> str:
+        if self.p_for is None:
+            return "no data" if self.n == 0 else "inconclusive"
+        return stats.three_way(self.p_for, self.p_against, self.p_equivalent)
+
+    @property
+    def primary(self) -> bool:
+        return self.reading == self.claim.primary
+
+
+def set_row(
+    claim: Claim, curves: Curves, n: int, value, low, high, p_for, p_against, note: str
+) -> SeedVerdict:
+    """One claim's row on one seed set: its backbone, reading and budget taken from the set."""
+    budget = (curves.epochs, len(curves.seeds))
+    return SeedVerdict(
+        claim, backbone_of(curves), reading_of(curves), n, value, low, high, p_for, p_against, note, *budget
+    )
+
+
+def reading_of(curves: Curves) -> str:
+    """The ``conf/reading/`` file whose variant and options are the set's, else its overrides."""
+    found = match(curves.variant, curves.attn) if curves.attn else None
+    return found or " ".join(curves.overrides) or "—"
+
+
+#: The numbers each of memory.json's ``statistics`` holds (:class:`src.sandbox.memory.SpikeStatistic`).
+MEMORY_NUMBERS = (
+    "lr",
+    "seeds",
+    "seeds_with_spikes",
+    "spikes",
+    "spikes_sharp",
+    "control",
+    "control_sharp",
+    "spike_grad",
+    "control_grad",
+)
+
+
+def load_memories(roots: list[Path]) -> list[tuple[Path, dict]]:
+    """Every readable ``memory.json`` under ``roots`` (:func:`read_memories`), the others left out
+    with a warning each."""
+    memories, unreadable = read_memories(roots)
+    for _, reason in unreadable:
+        warnings.warn(f"{reason}: left out", stacklevel=2)
+    return memories
+
+
+def read_memories(roots: list[Path]) -> tuple[list[tuple[Path, dict]], list[tuple[Path, str]]]:
+    """Every ``memory.json`` (``python -m src.sandbox.memory``) under ``roots``; and those that cannot
+    be read (not a regular file or too large, :mod:`src.engine.record.bounded`; torn; of another
+    shape, :func:`memory_problem`), each with its one-line reason, so that one never stops the others."""
+    files = sorted({p for root in roots for p in Path(root).rglob("memory.json")})
+    memories, unreadable = [], []
+    for f in files:
+        try:
+            memory = json.loads(read_bytes(f, within=f.parent))
+        except ValueError as error:  # torn, or refused (RefusedFile: its message names the file)
+            unreadable.append(
+                (f, str(error) if isinstance(error, RefusedFile) else f"{f} is not JSON ({error})")
+            )
+            continue
+        problem = memory_problem(memory)
+        if problem:
+            unreadable.append((f, f"{f} is not a memory.json of python -m src.sandbox.memory ({problem})"))
+        else:
+            memories.append((f.parent, memory))
+    return memories, unreadable
+
+
+def memory_problem(memory: object) -> str | None:
+    """What keeps a parsed ``memory.json`` from being read by :func:`spike_verdicts`, or None."""
+    if not isinstance(memory, dict) or not isinstance(memory.get("statistics"), list):
+        return "no 'statistics' list"
+    if not isinstance(memory.get("args", {}), dict):
+        return "its 'args' is not an object"
+    for i, s in enumerate(memory["statistics"]):
+        if not isinstance(s, dict):
+            return f"statistics[{i}] is not an object"
+        wrong = [
+            k for k in MEMORY_NUMBERS if isinstance(s.get(k), bool) or not isinstance(s.get(k), (int, float))
+        ]
+        differences = s.get("seed_differences", [])
+        if (
+            wrong
+            or not isinstance(differences, list)
+            or not all(isinstance(d, (int, float)) for d in differences)
+        ):
+            return f"statistics[{i}]: {', '.join(wrong) or 'seed_differences'} not numbers"
+    return None
+
+
+def spike_verdicts(claim: Claim, folder: Path, memory: dict) -> list[SeedVerdict]:
+    """One row per learning rate of one memory.json that had spikes (see the module docstring)."""
+    out = []
+    for s in memory["statistics"]:
+        if not s["spikes"]:
+            continue
+        test = stats.paired_test(s.get("seed_differences", []))
+        control = s["control_sharp"] / s["control"] if s["control"] else math.nan
+        quiet = [f"{o['lr']:g}" for o in memory["statistics"] if not o["spikes"]]
+        note = (
+            f"η = {s['lr']:g}: {s['seeds_with_spikes']} of {s['seeds']} seeds spike; pooled, spikes with "
+            f"η·λ_max > 2: {s['spikes_sharp']} of {s['spikes']} ({s['spikes_sharp'] / s['spikes']:.0%}), "
+            f"control steps: {s['control_sharp']} of {s['control']} ({control:.0%}); median ‖∇‖ at a "
+            f"spike {s['spike_grad']:.3g}, elsewhere {s['control_grad']:.3g}"
+            + (f"; no spike at η = {', '.join(quiet)}" if quiet else "")
+        )
+        budget = memory.get("args", {})
+        out.append(
+            SeedVerdict(
+                claim,
+                "memory",
+                f"η = {s['lr']:g}, {budget.get('tokens', '?')} tokens",
+                len(s.get("seed_differences", [])),
+                None if test is None else test.mean,
+                None if test is None else test.low,
+                None if test is None else test.high,
+                None if test is None else test.p_for,
+                None if test is None else test.p_against,
+                note,
+                int(budget.get("steps", 0)),
+                s["seeds"],
+                folder=folder.name,
+            )
+        )
+    return out
+
+
+def stages_verdict(claim: Claim, curves: Curves) -> SeedVerdict:
+    """P5's two stages on one ``standard`` set (see the module's docstring)."""
+    rows = seed_table(curves)
+    done = [r for r in rows if not r["censored"] and r["first_rise"] is not None and not r["rise_censored"]]
+    values = [(r["first_plateau"] - r["first_rise"]) / curves.epochs for r in done]
+    test = stats.paired_test(values)
+    never = sum(r["censored"] for r in rows)
+    note = (
+        f"{len(values)} of {len(rows)} seeds leave the first plateau and end the rise "
+        f"(median plateau {statistics.median(r['first_plateau'] for r in done):.0f} epochs, "
+        f"rise {statistics.median(r['first_rise'] for r in done):.0f})"
+        if done
+        else f"no seed of {len(rows)} ends a rise"
+    ) + f"; {never} never leave it (censored)"
+    return set_row(
+        claim,
+        curves,
+        len(values),
+        statistics.fmean(values) if values else None,
+        None if test is None else test.low,
+        None if test is None else test.high,
+        None if test is None else test.p_for,
+        None if test is None else test.p_against,
+        note,
+    )
+
+
+def learns_first_verdict(claim: Claim, curves: Curves, base: Curves) -> SeedVerdict:
+    """One set of the claim's variant against the ``standard`` set of its setting, paired by seed
+    (the counts and the sign test of :func:`src.sandbox.success.compare`)."""
+    standard, here = compare({"standard": base, "here": curves}, "standard")
+    note = (
+        f"learned first here / in standard: {here.faster} / {here.slower}; learned by epoch "
+        f"{curves.epochs}: {here.learned} / {standard.learned} of {len(curves.seeds)}"
+    )
+    return share_verdict(claim, curves, here.faster, here.slower, note)
+
+
+def share_verdict(claim: Claim, curves: Curves, first: int, second: int, note: str) -> SeedVerdict:
+    """A sign test: ``first`` of ``first + second`` discordant seeds on the claim's side, with TOST
+    against the claim's margin and, while open, the seeds the margin would take."""
+    n = first + second
+    if not n:
+        return set_row(claim, curves, 0, None, None, None, None, None, note)
+    low, high = binomtest(first, n).proportion_ci(0.95, method="exact")
+    p_for, p_against, p_eq = stats.share_tests(first, n, claim.margin)
+    row = replace(set_row(claim, curves, n, first / n, low, high, p_for, p_against, note), p_equivalent=p_eq)
+    if claim.margin is not None and row.verdict == "inconclusive":
+        row = replace(row, note=f"{note}; {settles_at(claim.margin, n, len(curves.seeds))}")
+    return row
+
+
+def settles_at(margin: float, discordant: int, seeds: int) -> str:
+    """What a sign test's margin takes: discordant seeds for 80% power, and seeds at this rate."""
+    needed = stats.pairs_needed(margin)
+    if needed is None:
+        return f"a share of 0.5 ± {margin:g} takes more than 1,000 discordant seeds"
+    rate = f" ≈ {math.ceil(needed * seeds / discordant):,} seeds at this set's rate" if discordant else ""
+    return f"a share of 0.5 ± {margin:g} takes {needed} discordant seeds (80% power){rate}"
+
+
+def clustering_verdict(claim: Claim, curves: Curves) -> SeedVerdict:
+    """Does each seed's clustering head form before it learns (see the module's docstring)?"""
+    epochs = curves.probe_epochs()
+    before = after = tied = bare = formed_unlearned = 0
+    for acc, series in zip(curves.acc, curves.clustering, strict=True):
+        learned, emerged = first_success(acc), emergence(epochs, series)
+        if learned is None:
+            formed_unlearned += emerged is not None
+        elif emerged is None:
+            bare += 1
+        elif abs(learned - emerged) <= curves.probe_every:
+            tied += 1  # within one probe interval: not ordered
+        else:
+            before += emerged < learned
+            after += emerged > learned
+    never = sum(first_success(acc) is None for acc in curves.acc)
+    final = {True: [], False: []}  # the last probe's η², by whether the seed learned
+    for acc, series in zip(curves.acc, curves.clustering, strict=True):
+        final[first_success(acc) is not None].append(series[-1])
+    medians = ", ".join(
+        f"{label} {statistics.median(final[key]):.2f}"
+        for key, label in ((True, "learned"), (False, "never"))
+        if final[key]
+    )
+    note = (
+        f"head first / learned first: {before} / {after}; within a probe ({curves.probe_every} epochs): "
+        f"{tied}; learned with no ended rise: {bare}; of {never} that never learned, "
+        f"{formed_unlearned} formed a head; final η², median: {medians}"
+    )
+    return share_verdict(claim, curves, before, after, note)
+
+
+def curriculum_verdict(claim: Claim, curves: Curves, scratch: Curves) -> SeedVerdict:
+    """A fine-tuned set against its setting's set trained from scratch, paired by seed."""
+    base, here = compare({"scratch": scratch, "here": curves}, "scratch")
+    note = (
+        f"from {Path(curves.init_from or '').name} / from scratch, learned first: {here.faster} / "
+        f"{here.slower}; learned by epoch {curves.epochs}: {here.learned} / {base.learned} of "
+        f"{len(curves.seeds)}"
+    )
+    return share_verdict(claim, curves, here.faster, here.slower, note)
+
+
+def init_verdict(claim: Claim, curves: Curves) -> SeedVerdict:
+    """Within a fine-tuned set: learned p = 3 by the source seed's own success (see the docstring)."""
+    learned = [first_success(acc) is not None for acc in curves.acc]
+    source = [a >= SUCCESS for a in curves.init_acc or []]
+    good = [here for here, there in zip(learned, source, strict=True) if there]
+    bad = [here for here, there in zip(learned, source, strict=True) if not there]
+    note = (
+        f"learned from a source that learned: {sum(good)} of {len(good)}; from one that did not: "
+        f"{sum(bad)} of {len(bad)}"
+    )
+    if not good or not bad:
+        value = low = high = p_for = p_against = None
+    else:
+        value = sum(good) / len(good) - sum(bad) / len(bad)
+        low, high = stats.difference_interval(sum(good), len(good), sum(bad), len(bad))
+        table = [[sum(good), len(good) - sum(good)], [sum(bad), len(bad) - sum(bad)]]
+        p_for = fisher_exact(table, alternative="greater").pvalue
+        p_against = fisher_exact(table, alternative="less").pvalue
+    return set_row(claim, curves, len(learned) if source else 0, value, low, high, p_for, p_against, note)
+
+
+def seed_verdicts(
+    sets: list[tuple[Path, Curves]],
+    claims: list[Claim] = CLAIMS,
+    memories: list[tuple[Path, dict]] = (),
+    margins: dict[str, float] | None = None,
+) -> list[SeedVerdict]:
+    """Every ``modadd`` claim of :data:`MEASURES` on every seed set (or memory.json) it applies to;
+    a variant's set is judged only against the ``standard`` set of its setting: the same overrides
+    but the variant's, the same seeds and epochs (:func:`src.sandbox.success.setting`).
+    ``margins`` (``{claim key: δ}``) replaces the claims' own, as ``launch.analysis.report --margin``."""
+    claims = [replace(c, margin=(margins or {}).get(c.key, c.margin)) for c in claims]
+    out: list[SeedVerdict] = []
+    standards = {setting(c): c for _, c in sets if c.variant == "standard"}
+    for claim in (c for c in claims if c.measure in MEASURES and "modadd" in c.tasks):
+        if claim.measure == "stages":
+            out += [
+                replace(stages_verdict(claim, c), folder=f.name)
+                for f, c in sets
+                if c.variant == claim.variant
+            ]
+            continue
+        if claim.measure == "spike_curvature":
+            out += [v for folder, m in memories for v in spike_verdicts(claim, folder, m)]
+            continue
+        if claim.measure == "clustering_first":
+            out += [
+                replace(clustering_verdict(claim, c), folder=f.name)
+                for f, c in sets
+                if c.variant == claim.variant and c.probe_epochs()
+            ]
+            continue
+        if claim.measure == "init_source":
+            out += [
+                replace(init_verdict(claim, c), folder=f.name)
+                for f, c in sets
+                if c.variant == claim.variant and c.init_acc is not None
+            ]
+            continue
+        if claim.measure == "curriculum":
+            scratch = {(setting(c), c.variant): c for _, c in sets if not c.init_from}
+            for f, c in sets:
+                base = scratch.get((setting(c, init=False), c.variant))
+                if c.variant == claim.variant and c.init_from and base is not None:
+                    out.append(replace(curriculum_verdict(claim, c, base), folder=f.name))
+            continue
+        family: dict[str, list[SeedVerdict]] = {}
+        for f, c in sets:
+            base = standards.get(setting(c))
+            if c.variant == claim.variant and base is not None:
+                found = replace(learns_first_verdict(claim, c, base), folder=f.name)
+                family.setdefault(backbone_of(c), []).append(found)
+        for found in family.values():
+            out += adjust(found)
+    return out
+
+
+def adjust(family: list[SeedVerdict]) -> list[SeedVerdict]:
+    """Holm over one claim's readings on one backbone, each side and the equivalence separately."""
+    tested = [v for v in family if v.p_for is not None]
+    p_for = stats.holm([v.p_for for v in tested])
+    p_against = stats.holm([v.p_against for v in tested])
+    with_margin = [v.p_equivalent for v in tested if v.p_equivalent is not None]
+    p_eq = iter(stats.holm(with_margin)) if len(with_margin) == len(tested) else None
+    adjusted = {
+        id(v): stats.three_way(f, a, next(p_eq) if p_eq else None)
+        for v, f, a in zip(tested, p_for, p_against, strict=True)
+    }
+    return [replace(v, adjusted=adjusted.get(id(v), v.verdict)) for v in family]
+
+
+def section(found: list[SeedVerdict]) -> list[str]:
+    """The report's lines for P5's claims judged from seed sets (nothing when there are none)."""
+    if not found:
+        return []
+    lines = [
+        "",
+        "## P5's claims over seeds",
+        "",
+        "`stages`: the first plateau minus its rise over the epochs, mean [95% t interval] over the seeds "
+        "that end the rise; `learns_first`: among the seeds that learned first in one arm, the share "
+        "under the variant [exact 95%], by the paired sign test; `spike_curvature`: per seed of the "
+        "associative memory, the share of its spikes taken at η·λ_max > 2 minus its other steps' share, "
+        "mean [95% t interval] over the seeds that spike; `clustering_first`: among the seeds whose head "
+        "formed and who learned at least a probe apart, the share whose head came first [exact 95%], by "
+        "the sign test; `curriculum`: `learns_first` with the fine-tuned set against the same seeds from "
+        "scratch; `init_source`: the share that learned from a source seed that had learned minus the "
+        "share from one that had not [Newcombe 95%], by Fisher's exact test "
+        "(launch/analysis/seed_verdicts.py). "
+        "A share is *equivalent* when TOST puts it inside 0.5 ± the claim's margin "
+        f"(default {stats.SHARE_MARGIN:g}, [reading]; `--margin KEY=δ`). `†` the claim's primary reading.",
+        "",
+        "| claim | backbone | reading | set | budget | n | statistic [95%] | verdict (Holm) | note |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for v in found:
+        signed = "+" if v.claim.measure in ("stages", "spike_curvature", "init_source") else ""
+        value = "—" if v.value is None else f"{v.value:{signed}.2f}"
+        interval = "" if v.low is None or math.isnan(v.low) else f" [{v.low:.2f}, {v.high:.2f}]"
+        adjusted = f" ({v.adjusted})" if v.adjusted and v.adjusted != v.verdict else ""
+        lines.append(
+            f"| `{v.claim.key}` | `{v.backbone}` | `{v.reading}`{' †' if v.primary else ''} | {v.folder} | "
+            f"{v.epochs} {'steps' if v.backbone == 'memory' else 'epochs'} × {v.seeds} seeds | {v.n} | "
+            f"{value}{interval} | {v.verdict}{adjusted} "
+            f"| {v.note} |"
+        )
+    return lines

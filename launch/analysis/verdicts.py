@@ -1,0 +1,591 @@
+"""The claims' verdicts from run records: :func:`verdicts` and the measures it compares.
+
+:mod:`launch.analysis.claims` holds the claims as data; this module judges them, so that the list of
+claims reads on its own and the statistics live in one place. :func:`verdicts` turns completed
+runs into one :class:`Verdict` per claim, task and *reading* (a variant with all its options: an
+experiment in :mod:`launch.analysis.records`' sense), never pooled over readings:
+
+* the effect is ``variant − standard`` per seed, paired by seed within one setting (the same
+  identity but the variant), its mean and a 95% Student-t interval over the seeds
+  (``n − 1`` degrees of freedom; no interval below two seeds);
+* *reproduced*: the interval excludes 0 on the paper's side; *contradicted*: it excludes 0 on
+  the other side; *equivalent*: the claim declares a margin δ and the 90% interval lies inside
+  ±δ (the two one-sided tests: no effect as large as the paper's); *inconclusive*: none of these
+  (:mod:`launch.analysis.stats`). κ effects are in log10 (a factor of 10 is 1);
+* a claim's readings on one task are one family: the verdict is also given with Holm-adjusted
+  p-values (``adjusted``), and a verdict that holds only unadjusted is marked so in the report;
+* the report gives each row's minimum detectable effect at 80% power with the seeds it has, and
+  the seeds a test of δ would need.
+
+Measures (a claim's ``measure``):
+
+``final``            the run's main metric at the end (``summary.json``'s ``final``);
+``init:<key>``       a monitor quantity before the first step (the trainer logs it at step 0);
+``time_to_target``   P4's speed: each seed's steps to a target (``Claim.target_fraction`` of
+                     ``standard``'s mean final metric), censored where never reached; the row is the
+                     ratio of the arms' Kaplan–Meier medians with a paired bootstrap over seeds
+                     (:mod:`launch.analysis.time_to_quality`), not a mean of per-seed differences;
+``stages``           P5's two stages, read from ``standard``'s own validation accuracy by a
+                     penalised changepoint segmentation, no hand-picked threshold
+                     (:mod:`src.sandbox.stages`): for a seed that leaves its first plateau and
+                     ends the rise after it, the first plateau minus that rise, over the run's
+                     length; two stages show as a plateau longer than the rise (> 0). A seed that
+                     never leaves its plateau is censored: counted, and in the note's
+                     Kaplan–Meier median of the first plateau, not in the mean.
+
+The report renders the verdicts as its *Claims* section (:func:`claims_section`).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass
+
+from src.sandbox.stages import Stages, accuracy_stages, plateau_km_median
+from src.sandbox.stages import stages as curve_stages
+
+from . import reading_files, stats
+from . import time_to_quality as ttq
+from .claims import CHECKED_BY_TESTS, CLAIMS, SEED_SET_MEASURES, Claim
+from .records import Run, options
+from .results import fmt
+
+
+@dataclass
+class Verdict:
+    """One claim on one task for one reading."""
+
+    claim: Claim
+    task: str
+    reading: str  # the variant's options (what tells this experiment apart)
+    n: int  # seeds paired with standard (or, for ``stages``, standard's seeds that learn)
+    baseline: float | None  # standard's mean of the measure (log10 for κ)
+    value: float | None  # the reading's mean of the measure
+    effect: float | None  # mean of the per-seed differences
+    low: float | None
+    high: float | None
+    entropy: float | None  # the reading's median attention entropy at init (mean over seeds)
+    note: str = ""
+    claimed_sign: int = 1  # +1: the paper says the effect is positive; -1: negative
+    metric: str = ""  # the runs' main metric (for ``final``: how to print it)
+    test: stats.PairedTest | None = None  # the paired test behind the interval (None below 2 seeds)
+    margin: float | None = None  # δ, the smallest effect of interest (the claim's, or the user's)
+    adjusted: str = ""  # the verdict with the family's Holm-adjusted p-values (set by verdicts())
+    budget: str = ""  # what the runs were trained for ("150 steps", "3 epochs")
+    not_counted: str = ""  # runs of this reading or its baseline left out, named ("seed 3 failed")
+    levels: stats.Levels = (
+        stats.FIXED
+    )  # the levels it is read at (a settled sweep's look: launch.analysis.settle)
+    experiment: str = ""  # the reading's experiment hash (launch.analysis.records.Run.experiment)
+    baseline_experiment: str = ""  # standard's, in the same setting
+    stage: str = (
+        ""  # "confirm": fresh seeds of the confirm stage (launch.analysis.settle --confirm), its own family
+    )
+    reading_file: str = ""  # the conf/reading/ file its runs match ("" where none does)
+    role: str = ""  # primary (the claim's reading, chosen from the text) | exploratory | confirm
+
+    @property
+    def verdict(self) -> str:
+        """The verdict at the unadjusted levels (:func:`launch.analysis.stats.three_way`)."""
+        if self.test is None:
+            return "no data" if self.n == 0 else "inconclusive"
+        return stats.three_way(self.test.p_for, self.test.p_against, self.test.p_equivalent, self.levels)
+
+    @property
+    def detectable(self) -> float | None:
+        """The smallest effect these seeds detect with 80% power, from the differences' spread."""
+        return None if self.test is None else stats.min_detectable_effect(self.test.sd, self.n)
+
+    @property
+    def seeds_for_margin(self) -> int | None:
+        """The seeds a test of δ would need at 80% power (None without δ or without a spread)."""
+        if self.test is None or self.margin is None:
+            return None
+        return stats.seeds_needed(self.test.sd, self.margin)
+
+
+#: The points of training a monitor measure is read at, each its own family: before the first
+#: step, the mean over the monitor steps strictly between the first and the last, and the last.
+WHEN = ("at init", "during training", "at the end")
+
+
+def monitor_point(run: Run, key: str, when: str) -> float | None:
+    """A monitor quantity at one of :data:`WHEN` (κ in log10; None where the run has no such
+    point: ``during training`` needs a monitor step strictly inside the run)."""
+    steps = sorted({r["step"] for r in run.rows if r.get("split") == "monitor" and r.get(key) is not None})
+    if when == "at init":
+        return monitor_at(run, key, 0)
+    if not steps or steps[-1] == 0:
+        return None
+    if when == "at the end":
+        return monitor_at(run, key, steps[-1])
+    inside = [v for s in steps[1:-1] if s > 0 and (v := monitor_at(run, key, s)) is not None]
+    return statistics.fmean(inside) if inside else None
+
+
+def monitor_at(run: Run, key: str, step: int = 0) -> float | None:
+    """A monitor quantity at ``step`` (κ in log10)."""
+    row = next((r for r in run.rows if r.get("split") == "monitor" and r.get("step") == step), None)
+    value = None if row is None else row.get(key)
+    if value is None:
+        return None
+    return math.log10(value) if key.startswith("kappa/") and value > 0 else float(value)
+
+
+def run_stages(run: Run) -> Stages | None:
+    """The stages of a run's validation curve (:mod:`src.sandbox.stages`); an accuracy measured on
+    ``task.test_size`` examples is segmented on the arcsine scale with that test set's noise floor."""
+    steps, values = run.series(run.metric)
+    if not steps:
+        return None
+    test_size = run.identity.config.get("task", {}).get("test_size")
+    if test_size and run.metric.endswith("acc"):
+        return accuracy_stages(steps, values, int(test_size))
+    return curve_stages(steps, values, higher_is_better=run.higher_is_better)
+
+
+def stages(run: Run) -> float | None:
+    """P5's first plateau minus the rise after it, over the run's length, for a seed that leaves
+    its plateau and ends that rise (else ``None``: censored)."""
+    found = run_stages(run)
+    if found is None or found.censored or found.first_rise is None or found.rise_censored:
+        return None
+    steps, _ = run.series(run.metric)
+    return (found.first_plateau - found.first_rise) / steps[-1]
+
+
+def measure(run: Run, claim: Claim, when: str = "") -> float | None:
+    if claim.measure == "final":
+        return run.final.get(run.metric)
+    if claim.measure.startswith("monitor:"):
+        return monitor_point(run, claim.measure.removeprefix("monitor:"), when)
+    raise ValueError(f"unknown measure {claim.measure!r}")
+
+
+def verdicts(
+    runs: list[Run],
+    claims: list[Claim] = CLAIMS,
+    margins: dict[str, float] | None = None,
+    levels: dict[str, stats.Levels] | None = None,
+) -> list[Verdict]:
+    """Every claim on every task it names, for every reading of its variant found in ``runs``;
+    ``margins`` (``{claim key: δ}``) replaces the claims' own; ``levels`` (``{experiment hash:
+    levels}``, from a settled sweep's looks) the fixed levels of the rows of those readings. Each
+    claim's readings on one task are a family, adjusted together (:func:`adjust`)."""
+    readable = [r for r in runs if r.status != "unreadable"]  # an unreadable folder has no reading
+    out = []
+    for claim in claims:
+        margin = (margins or {}).get(claim.key, claim.margin)
+        if claim.measure in SEED_SET_MEASURES:  # launch/analysis/seed_verdicts.py judges them
+            continue
+        for task in claim.tasks:
+            here = [r for r in readable if r.task == task]
+            if claim.measure == "stages":
+                families = [_stages(claim, task, here)]
+            elif claim.measure == "time_to_target":
+                families = [_to_target(claim, task, here)]
+            elif claim.measure.startswith("monitor:"):  # each point of training its own family
+                families = [_paired(claim, task, here, margin, when) for when in WHEN]
+            else:
+                families = [_paired(claim, task, here, margin)]
+            for found in families:
+                for v in found:
+                    v.levels = (levels or {}).get(v.experiment, stats.FIXED)
+                for stage in dict.fromkeys(v.stage for v in found):  # a confirm stage: one planned test
+                    out += adjust([v for v in found if v.stage == stage])
+    return out
+
+
+def adjust(family: list[Verdict]) -> list[Verdict]:
+    """Set each verdict's ``adjusted`` from Holm's adjustment of the family's p-values (each
+    side and the equivalence tested separately, each at its own level)."""
+    tested = [v for v in family if v.test is not None]
+    p_for = stats.holm([v.test.p_for for v in tested])
+    p_against = stats.holm([v.test.p_against for v in tested])
+    with_margin = [v for v in tested if v.test.p_equivalent is not None]
+    p_equivalent = dict(
+        zip(map(id, with_margin), stats.holm([v.test.p_equivalent for v in with_margin]), strict=True)
+    )
+    for v, up, down in zip(tested, p_for, p_against, strict=True):
+        v.adjusted = stats.three_way(up, down, p_equivalent.get(id(v)), v.levels)
+    for v in family:
+        v.adjusted = v.adjusted or v.verdict
+    return family
+
+
+def reading_labels(runs: list[Run]) -> dict[str, str]:
+    """``{experiment: "lam=10.0, targets=q"}``: the ``attn`` options that tell a variant's readings
+    apart (:func:`launch.analysis.records.options` among that variant's experiments; ``default`` where a
+    variant has one reading)."""
+    labels = {}
+    for variant in {r.attn for r in runs}:
+        for experiment, settings in options([r for r in runs if r.attn == variant]).items():
+            shown = [f"{k.removeprefix('attn.')}={v}" for k, v in settings.items() if k.startswith("attn.")]
+            labels[experiment] = ", ".join(shown) or "default"
+    return labels
+
+
+def counted(run: Run) -> bool:
+    """A run a verdict uses: completed, with its main metric."""
+    return run.status == "completed" and run.metric in run.final
+
+
+def budget_of(run: Run) -> str:
+    """What ``run`` was trained for, from its identity and summary: its steps, else epochs, then the
+    other of the two where the summary knows an epoch's steps, the samples it saw (steps × global
+    batch) and, for a language model, the tokens (``""`` if it has no length)."""
+    config = run.identity.config
+    trainer, task = config.get("trainer", {}) or {}, config.get("task", {}) or {}
+    steps, epochs = trainer.get("max_steps"), trainer.get("max_epochs")
+    per_epoch = run.steps_per_epoch
+    if not steps and epochs and per_epoch:
+        steps = epochs * per_epoch
+    if not steps:
+        return f"{epochs:g} epochs" if epochs else ""
+    parts = [f"{steps:,} steps" if trainer.get("max_steps") else f"{epochs:g} epochs ({steps:,} steps)"]
+    if trainer.get("max_steps") and per_epoch:
+        parts.append(f"{steps / per_epoch:.1f} epochs")
+    batch = task.get("batch_size")
+    if isinstance(batch, int):
+        samples = steps * batch * int(trainer.get("accumulate") or 1)
+        seq = task.get("seq_len") if task.get("input") == "causal_lm" else None
+        parts.append(f"{samples * seq:,} tokens" if isinstance(seq, int) else f"{samples:,} samples")
+    return " · ".join(parts)
+
+
+def left_out(runs: list[Run], paired: set[int]) -> str:
+    """The runs of a row not in its pairs, named: failed or unfinished ones, and seeds without a
+    partner (never dropped without a word)."""
+    out = [f"{r.attn} seed {r.seed} {r.status}" for r in runs if not counted(r)]
+    out += [f"{r.attn} seed {r.seed} unpaired" for r in runs if counted(r) and r.seed not in paired]
+    return "; ".join(sorted(set(out)))
+
+
+@dataclass
+class Pairing:
+    """One reading of a claim's variant and ``standard`` in the same setting: every run of each
+    (``everyone``, ``every_base``) and the ones a verdict counts (``members``, ``base``)."""
+
+    experiment: str
+    label: str
+    everyone: list[Run]
+    every_base: list[Run]
+    members: list[Run]
+    base: list[Run]
+
+    def place(self, v: Verdict, claim: Claim) -> Verdict:
+        """Give ``v`` what ties it to its runs: experiments, stage, budget, reading file and role."""
+        first = self.everyone[0]
+        v.experiment, v.baseline_experiment = self.experiment, self.every_base[0].experiment
+        v.stage = first.identity.config.get("stage") or ""
+        v.budget = budget_of(first)
+        v.reading_file = reading_files.matching(first) or ""
+        v.role = "confirm" if v.stage else "primary" if v.reading_file == claim.primary else "exploratory"
+        if v.stage:
+            v.reading += f" ({v.stage})"
+        return v
+
+
+def pairings(claim: Claim, every: list[Run]) -> list[Pairing]:
+    """The claim's variant's readings found in ``every``, each with ``standard`` in its setting;
+    a reading without a completed ``standard`` beside it has nothing to be compared with."""
+    by_experiment: dict[str, list[Run]] = defaultdict(list)
+    for r in every:
+        by_experiment[r.experiment].append(r)
+    baselines = {m[0].context: m for m in by_experiment.values() if m[0].attn == "standard"}
+    labels = reading_labels(every)
+    out = []
+    for experiment, everyone in sorted(by_experiment.items(), key=lambda kv: labels[kv[0]]):
+        every_base = baselines.get(everyone[0].context)
+        if everyone[0].attn != claim.variant or every_base is None:
+            continue
+        members, base = [r for r in everyone if counted(r)], [r for r in every_base if counted(r)]
+        if base:
+            out.append(Pairing(experiment, labels[experiment], everyone, every_base, members, base))
+    return out
+
+
+def _paired(
+    claim: Claim, task: str, every: list[Run], margin: float | None = None, when: str = ""
+) -> list[Verdict]:
+    """The claim against ``standard`` in the same setting, one verdict per reading; runs that did
+    not complete are named in the row, not counted. ``when``: for a monitor measure, the point of
+    training it is read at (:data:`WHEN`)."""
+    out = []
+    for pair in pairings(claim, every):
+        everyone, every_base, members, base = pair.everyone, pair.every_base, pair.members, pair.base
+        mine = {r.seed: measure(r, claim, when) for r in members}
+        theirs = {r.seed: measure(r, claim, when) for r in base}
+        seeds = sorted(s for s in mine if mine[s] is not None and theirs.get(s) is not None)
+        no_value = [
+            f"{r.attn} seed {r.seed} has no value {when or claim.measure}"
+            for r in members + base
+            if measure(r, claim, when) is None
+        ]
+        diffs = [mine[s] - theirs[s] for s in seeds]
+        sign = (
+            -1
+            if claim.better == "lower" or (claim.better == "metric" and not base[0].higher_is_better)
+            else 1
+        )
+        test = stats.paired_test(diffs, sign, margin)
+        low, high = (None, None) if test is None else (test.low, test.high)
+        verdict = Verdict(
+            claim,
+            task,
+            pair.label + (f" · {when}" if when else ""),
+            len(seeds),
+            statistics.fmean(theirs[s] for s in seeds) if seeds else None,
+            statistics.fmean(mine[s] for s in seeds) if seeds else None,
+            statistics.fmean(diffs) if diffs else None,
+            low,
+            high,
+            _entropy(members),
+            claimed_sign=sign,
+            metric=base[0].metric or "",
+            test=test,
+            margin=margin,
+            not_counted="; ".join(filter(None, [left_out(everyone + every_base, set(seeds)), *no_value])),
+        )
+        out.append(pair.place(verdict, claim))
+    return out
+
+
+def _to_target(claim: Claim, task: str, every: list[Run]) -> list[Verdict]:
+    """P4's speed, one verdict per reading: the ratio ``reading / standard`` of the Kaplan–Meier
+    median steps to the target, over the seeds both arms have (:mod:`launch.analysis.time_to_quality`);
+    *inconclusive*, with the reason in the row, where a median is not reached."""
+    out = []
+    for pair in pairings(claim, every):
+        everyone, every_base, members, base = pair.everyone, pair.every_base, pair.members, pair.base
+        fraction = claim.target_fraction or 1.0
+        goal = ttq.target([r.final[r.metric] for r in base], base[0].higher_is_better, fraction)
+        mine = {r.seed: ttq.steps_to_target(r, goal) for r in members}
+        theirs = {r.seed: ttq.steps_to_target(r, goal) for r in base}
+        seeds = sorted(s for s in mine if mine[s] is not None and theirs.get(s) is not None)
+        arms = [ttq.arm_median([arm[s] for s in seeds]) if seeds else None for arm in (theirs, mine)]
+        ratio = (
+            ttq.median_ratio([theirs[s] for s in seeds], [mine[s] for s in seeds]) if len(seeds) > 1 else None
+        )
+        verdict = Verdict(
+            claim,
+            task,
+            pair.label,
+            len(seeds),
+            arms[0] and arms[0].steps,
+            arms[1] and arms[1].steps,
+            None if ratio is None else ratio.ratio,
+            None if ratio is None else ratio.low,
+            None if ratio is None else ratio.high,
+            _entropy(members),
+            claimed_sign=-1,
+            metric=base[0].metric or "",
+            not_counted=left_out(everyone + every_base, set(seeds)),
+        )
+        pair.place(verdict, claim)
+        verdict.note = _speed_note(claim, goal, fraction, base[0], arms, ratio, seeds)
+        if ratio is not None:  # the bootstrap's p-values, in the shape three_way and Holm read
+            nan = float("nan")  # no t-test spread: no MDE, no seeds for δ
+            verdict.test = stats.PairedTest(
+                len(seeds), ratio.ratio, nan, ratio.low, ratio.high, ratio.p_for, ratio.p_against, None
+            )
+        out.append(verdict)
+    return out
+
+
+def _speed_note(
+    claim: Claim,
+    goal: float,
+    fraction: float,
+    base: Run,
+    arms: list[ttq.Median | None],
+    ratio: ttq.Ratio | None,
+    seeds: list[int],
+) -> str:
+    """The target and each arm's median [interval] (censored seeds), or why no ratio was formed."""
+    factor = fraction if base.higher_is_better else 2 - fraction
+    reach = "≥" if base.higher_is_better else "≤"
+    text = f"target {base.metric} {reach} {goal:.4g} ({factor:g} × standard's mean final)"
+    if arms[0] is None:
+        return f"{text}: no seed of both arms"
+    text += f": standard {arms[0]} → {claim.variant} {arms[1]}"
+    if ratio is None:
+        missing = [
+            name for name, arm in zip(("standard", claim.variant), arms, strict=True) if arm.steps is None
+        ]
+        why = (
+            f"{' and '.join(missing)}'s median not reached"
+            if missing
+            else "fewer than two seeds"
+            if len(seeds) < 2
+            else "standard's median is step 0"
+        )
+        text += f"; no ratio: {why}"
+    return text
+
+
+def _stages(claim: Claim, task: str, runs: list[Run]) -> list[Verdict]:
+    """P5's two stages on ``standard``'s own seeds (one-sample: the plateau minus the rise)."""
+    by_experiment: dict[str, list[Run]] = defaultdict(list)
+    for r in runs:
+        if r.attn == claim.variant:
+            by_experiment[r.experiment].append(r)
+    out = []
+    for everyone in by_experiment.values():
+        members = [r for r in everyone if counted(r)]
+        values = [v for r in members if (v := stages(r)) is not None]
+        test = stats.paired_test(values)
+        low, high = (None, None) if test is None else (test.low, test.high)
+        found = [f for r in members if (f := run_stages(r)) is not None]
+        median = plateau_km_median(found)
+        note = (
+            f"{len(values)} of {len(members)} seeds leave the first plateau and end the rise; "
+            f"{sum(f.censored for f in found)} never leave it (censored); Kaplan–Meier median "
+            f"first plateau {'not reached' if median is None else f'{median:.0f} steps'}"
+        )
+        mean = statistics.fmean(values) if values else None
+        verdict = Verdict(claim, task, "—", len(values), None, mean, mean, low, high, _entropy(members), note)
+        verdict.test = test
+        verdict.budget = budget_of(everyone[0])
+        verdict.not_counted = left_out(everyone, {r.seed for r in members})
+        verdict.experiment = everyone[0].experiment
+        verdict.reading_file, verdict.role = "standard", "primary"  # P5 is about standard itself
+        out.append(verdict)
+    return out
+
+
+def _entropy(members: list[Run]) -> float | None:
+    values = [v for r in members if (v := monitor_at(r, "entropy/P/median")) is not None]
+    return statistics.fmean(values) if values else None
+
+
+# -- the report's Claims section ------------------------------------------------------------
+
+
+def claims_section(found: list[Verdict], stopping: list[str] = ()) -> list[str]:
+    """The "Claims" section: every claim of :mod:`launch.analysis.claims` per task and reading, with our
+    effect against ``standard`` (95% interval over paired seeds) and the verdict; ``stopping``: the
+    rules of sweeps whose seeds were added until settled (:mod:`launch.analysis.settle`)."""
+    if not found:
+        return []
+    lines = [
+        "",
+        "## Claims",
+        "",
+        "Each paper claim per task and *reading* (the variant's options that tell its readings apart), "
+        "never pooled: *ours* is `standard` → the reading (means over the seeds both have; `final` "
+        "is the main metric's final validation value, split `val`; κ as "
+        "10^mean log10), *effect* the mean per-seed difference (κ in log10) with its 95% Student-t "
+        "interval. *reproduced*: the interval excludes 0 on the paper's side; *contradicted*: on the "
+        "other side; *equivalent*: the 90% interval lies inside ±δ, the claim's smallest effect of "
+        "interest (no effect as large as the paper's); *inconclusive*: none of these. *Holm*: the "
+        "verdict with the p-values adjusted over the claim's readings on the task (a verdict that "
+        "holds only unadjusted is marked †). *budget*: what the runs trained for; *n*: the paired "
+        "seeds, and the runs left out named (failed, unfinished, unpaired). *MDE*: the smallest "
+        "effect these seeds detect with 80% power, from the paired differences' spread; *seeds for "
+        "δ*: how many a test of δ would need. *time_to_target* (P4's speed): *ours* is the target "
+        "and each arm's Kaplan–Meier median steps to it [95% interval] with the seeds censored (never "
+        "reached it), the effect the ratio of the medians with a paired bootstrap's interval (a bound "
+        "of 0 or ∞: resamples in which standard's, or the reading's, median is never reached). "
+        "*reading*: the `conf/reading/` file the runs match, **primary** where it is the claim's "
+        "reading chosen from the paper's text before any run (its row is the claim's answer); the "
+        "others are exploratory, and ‡ marks a verdict that holds only for an exploratory reading "
+        "(quote it only after a confirm stage on fresh seeds, `(confirm)` rows). κ claims are read "
+        "at init, during training (the mean over the inner monitor steps) and at the end, each "
+        "point its own family. "
+        "*entropy*: the reading's median attention entropy "
+        "at init (1 uniform, 0 one-hot): κ(P) = 1 is what a collapsed attention scores, so read κ "
+        "beside it.",
+    ]
+    if stopping:
+        lines += [
+            "",
+            "Seeds added until settled (`python -m launch.analysis.settle`); each row is read at the "
+            "levels of the look its seeds reached, not at the fixed ones:",
+            "",
+            *(f"- {rule}" for rule in stopping),
+        ]
+    for claim in dict.fromkeys(v.claim for v in found):
+        lines += [
+            "",
+            f"### {claim.source} {claim.key.split('-', 1)[1]}: {claim.statement}",
+            "",
+            f"Paper: {claim.paper}. Measure: `{claim.measure}`. δ: {_margin(claim, found)}.",
+            "",
+            "| task | variant | reading | budget | n | ours | effect [95% CI] | MDE | seeds for δ "
+            "| entropy | verdict | Holm |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        ]
+        lines += [_verdict_row(v) for v in found if v.claim == claim]
+    if CHECKED_BY_TESTS:
+        lines += ["", "Claims that need no training, checked by tests:", ""]
+        lines += [f"- {t.source}: {t.statement}: {t.finding} (`{t.test}`)" for t in CHECKED_BY_TESTS]
+    return lines
+
+
+def _verdict_row(v: Verdict) -> str:
+    measure = v.claim.measure
+    if measure in ("stages", "time_to_target"):
+        ours = v.note
+    else:
+        ours = "—" if v.value is None else f"{_measured(v, v.baseline)} → {_measured(v, v.value)}"
+    effect = "—" if v.effect is None else _signed(v, v.effect)
+    if v.low is not None:
+        effect += f" [{_signed(v, v.low)}, {_signed(v, v.high)}]"
+    entropy = "—" if v.entropy is None else f"{v.entropy:.3f}"
+    detectable = "—" if v.detectable is None else _signed(v, v.detectable).lstrip("+")
+    seeds = "—" if v.margin is None or v.test is None else (str(v.seeds_for_margin or "> 1000"))
+    only_raw = "†" if v.verdict != v.adjusted and v.verdict != "inconclusive" else ""
+    exploratory = "‡" if v.role == "exploratory" and v.verdict != "inconclusive" else ""
+    n = f"{v.n} (not counted: {v.not_counted})" if v.not_counted else str(v.n)
+    name = f"`{v.reading_file}`" if v.reading_file else ""
+    reading = " ".join(filter(None, [name, "**primary**" if v.role == "primary" else "", v.reading]))
+    return (
+        f"| {v.task} | {v.claim.variant} | {reading} | {v.budget or '—'} | {n} | {ours} | {effect} "
+        f"| {detectable} | {seeds} | {entropy} | **{v.verdict}**{only_raw}{exploratory} | {v.adjusted} |"
+    )
+
+
+def answers(found: list[Verdict]) -> dict[tuple[str, str, str], str]:
+    """``{(claim key, task, point): verdict}``: each claim's answer on each task (and point of
+    training, for a monitor measure), the Holm-adjusted verdict of its *primary* reading; a
+    confirm-stage row of the primary, where there is one, answers instead. Exploratory rows are
+    never the answer."""
+    out: dict[tuple[str, str, str], str] = {}
+    for v in found:
+        point = v.reading.rsplit(" · ", 1)[1] if " · " in v.reading else ""
+        if v.role == "primary" or (v.role == "confirm" and v.reading_file == v.claim.primary):
+            key = (v.claim.key, v.task, point.removesuffix(" (confirm)"))
+            if v.role == "confirm" or key not in out:
+                out[key] = v.adjusted
+    return out
+
+
+def _margin(claim: Claim, found: list[Verdict]) -> str:
+    """δ as the rows use it (the user's where given), in the measure's printed unit."""
+    margin = next((v.margin for v in found if v.claim == claim), claim.margin)
+    if margin is None:
+        return "none declared (no *equivalent* verdict)"
+    row = next(v for v in found if v.claim == claim)
+    return _signed(row, margin).lstrip("+")
+
+
+def _measured(v: Verdict, value: float | None) -> str:
+    """A mean of the claim's measure: the metric as the tables print it, κ as a power of 10."""
+    if value is None:
+        return "—"
+    if v.claim.measure.startswith("monitor:kappa"):
+        return f"10^{value:.2f}"
+    return fmt(value, v.metric) if v.claim.measure == "final" else f"{value:.2f}"
+
+
+def _signed(v: Verdict, value: float) -> str:
+    """A difference: in the metric's printed unit (accuracy points) for ``final``."""
+    if v.claim.measure == "final":
+        text = fmt(abs(value), v.metric)
+        return ("−" if value < 0 else "+") + text
+    if v.claim.measure == "time_to_target":  # a ratio of medians, not a difference
+        return "∞" if math.isinf(value) else f"{value:.2f}×"
+    return f"{value:+.3f}"
