@@ -194,7 +194,7 @@ def train_size(cfg: Any) -> int | None:
     None where only its data tells, or where the task cannot be built before the run (an
     interpolation only a run resolves); the task's :class:`ConfigError` where it refuses its config,
     as ``python -m src.run`` would."""
-    from launch.flops import planned_task
+    from launch.tools.flops import planned_task
 
     try:
         size = planned_task(cfg).train_size

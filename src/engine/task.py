@@ -10,7 +10,7 @@ Evaluation (:mod:`src.engine.loop.evaluation`, ``python -m src.eval``, ``trainer
 split through :meth:`Task.eval_dataset`: ``val`` by default, ``test`` where the task's data has one
 (:attr:`Task.eval_splits` lists them).
 
-What a plan asks without data (``python -m launch.plan``, :mod:`launch.flops`): the training set's
+What a plan asks without data (``python -m launch.plan``, :mod:`launch.tools.flops`): the training set's
 size (:attr:`Task.train_size`), the model's arguments (:meth:`Task.model_arguments`), one sample's
 inputs (:meth:`Task.example_inputs`) and the computation a step runs (:meth:`Task.planned_model`).
 Each task states its own, so that a new task is planned without an edit outside its module.

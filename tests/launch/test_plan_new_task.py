@@ -1,6 +1,6 @@
 """launch.plan asks each task for its facts: a task it has never seen (one module and one yaml, written
 here into a temporary folder that Hydra searches) is planned with its own training-set size, model
-arguments and sample shape, and ``launch/plan.py`` and ``launch/flops.py`` name no task."""
+arguments and sample shape, and ``launch/plan.py`` and ``launch/tools/flops.py`` name no task."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import pytest
 import torch
 from hydra.utils import instantiate
 
-from launch.flops import count_step, forward_backward
 from launch.plan import compose, main, plan
+from launch.tools.flops import count_step, forward_backward
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -110,7 +110,7 @@ def names_a_task(path: Path, names: set[str]) -> set[str]:
     return {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and n.value in names}
 
 
-@pytest.mark.parametrize("module", ["plan.py", "flops.py"])
+@pytest.mark.parametrize("module", ["plan.py", "tools/flops.py"])
 def test_the_planner_names_no_task(module):
     """No table or branch keyed by a task (``conf/task``'s names) or a tokenizer: each task states
     its own facts (src.engine.task.Task's train_size, model_arguments, example_inputs, planned_model)."""

@@ -370,7 +370,13 @@ def test_a_set_stopped_mid_run_resumes_to_the_same_end(tmp_path):
     saved = tmp_path / "set" / "progress.pt"
     with pytest.raises(Stop):
         train_seeds(
-            cfg, [0, 4], 5, data_dir=tmp_path, on_epoch=stop_at_3, probe_every=1, progress=saved,
+            cfg,
+            [0, 4],
+            5,
+            data_dir=tmp_path,
+            on_epoch=stop_at_3,
+            probe_every=1,
+            progress=saved,
             progress_every=2,
         )
     assert torch.load(saved, weights_only=True)["epoch"] == 2

@@ -12,7 +12,7 @@ import torch
 from conftest import compose
 from hydra.utils import instantiate
 
-from launch.flops import model_and_inputs
+from launch.tools.flops import model_and_inputs
 from src.engine.loop.model import build_model
 
 EMBEDDED = ["digits", "lm_char", "modadd", "lra_listops_small", "glue_tiny_sst2", "glue_tiny_rte"]
