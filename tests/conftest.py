@@ -91,6 +91,26 @@ def main_in_process(main: Callable[[list[str]], object], capsys, *args) -> tuple
     return code, out.out, out.err
 
 
+def report_in_a_bounded_process(folder: Path, out: Path) -> subprocess.CompletedProcess:
+    """``python -m launch.analysis.report FOLDER --out OUT`` in its own process, at most 4 GB of
+    address space and 120 s: code that reads /dev/zero until the memory runs out ends in a
+    MemoryError there instead of taking the machine's memory, and one that waits on a FIFO times out."""
+    import resource
+
+    def limit_memory() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (4 * 2**30, 4 * 2**30))
+
+    return subprocess.run(
+        [sys.executable, "-m", "launch.analysis.report", str(folder), "--out", str(out)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        preexec_fn=limit_memory,
+        timeout=120,
+    )
+
+
 def one_error_line(text: str) -> str:
     """``text`` (a command's stderr) as its one ``error:`` line."""
     lines = text.strip().splitlines()

@@ -10,17 +10,14 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import shutil
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import main_in_process
+from conftest import main_in_process, report_in_a_bounded_process
 from test_report import write_run
 
 from launch.analysis import report
@@ -56,12 +53,6 @@ def report_rows(root: Path, out: Path) -> list[dict]:
     return json.loads((out / "results.json").read_text())
 
 
-def limit_memory() -> None:
-    """At most 4 GB of address space: the code before the fix reads /dev/zero until it is killed
-    (19 GB RSS), which here ends in a MemoryError instead of taking the machine's memory."""
-    resource.setrlimit(resource.RLIMIT_AS, (4 * 2**30, 4 * 2**30))
-
-
 # -- a FIFO, a device, a link out of the folder ------------------------------------------------------
 
 
@@ -78,15 +69,7 @@ def test_the_report_finishes_within_seconds_next_to_a_fifo_and_dev_zero(tmp_path
     (fifo / "summary.json").unlink()
     os.mkfifo(fifo / "summary.json")
     started = time.monotonic()
-    result = subprocess.run(
-        [sys.executable, "-m", "launch.analysis.report", str(runs), "--out", str(tmp_path / "out")],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        preexec_fn=limit_memory,
-        timeout=120,
-    )
+    result = report_in_a_bounded_process(runs, tmp_path / "out")
     took = time.monotonic() - started
     assert result.returncode == 0, result.stderr[-2000:]
     assert took < 60, f"the report took {took:.0f} s"  # its imports are most of it

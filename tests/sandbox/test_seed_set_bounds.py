@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import json
 import os
-import resource
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import report_in_a_bounded_process
 
 from launch.analysis import report
 from src.sandbox import join, success
@@ -95,12 +93,6 @@ def test_a_wrongly_shaped_curves_json_is_listed_by_the_report(tmp_path, shape):
     assert f"- `{path}`: {path} is not a seed set's curves.json ({reason}" in text
 
 
-def limit_memory() -> None:
-    """At most 4 GB of address space: the code before the fix reads /dev/zero until the memory runs
-    out, which here ends in a MemoryError instead of taking the machine's memory."""
-    resource.setrlimit(resource.RLIMIT_AS, (4 * 2**30, 4 * 2**30))
-
-
 @pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
 def test_a_curves_json_that_is_a_fifo_or_dev_zero_never_stops_the_report(tmp_path, kind):
     """A seed set's `curves.json` a FIFO (the report hung) or a link to `/dev/zero` (it read until
@@ -110,15 +102,7 @@ def test_a_curves_json_that_is_a_fifo_or_dev_zero_never_stops_the_report(tmp_pat
     path = tmp_path / "odd" / "curves.json"
     path.parent.mkdir()
     os.mkfifo(path) if kind == "fifo" else path.symlink_to("/dev/zero")
-    result = subprocess.run(
-        [sys.executable, "-m", "launch.analysis.report", str(tmp_path), "--out", str(tmp_path / "out")],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        preexec_fn=limit_memory,
-        timeout=120,
-    )
+    result = report_in_a_bounded_process(tmp_path, tmp_path / "out")
     assert result.returncode == 0, result.stderr[-2000:]
     text = (tmp_path / "out" / "report.md").read_text()
     said = "is a FIFO (named pipe), not a regular file" if kind == "fifo" else "links out of its folder"
