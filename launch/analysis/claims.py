@@ -19,6 +19,14 @@ from typing import Literal
 from .stats import SHARE_MARGIN
 
 Better = Literal["metric", "higher", "lower"]
+#: what a claim says of its effect: *superiority* (an effect on the paper's side: reproduced,
+#: contradicted, or equivalent inside ±δ) or *non-inferiority* ("at least as good": not worse by
+#: more than δ, a one-sided test of effect > −δ)
+Kind = Literal["superiority", "non-inferiority"]
+#: how every accuracy margin below is carried: the paper's gain in accuracy points at its own
+#: scale, applied unchanged as an absolute difference of accuracy (never converted, e.g. to a
+#: relative error reduction, which would scale it by the task's error rate)
+CARRIED = "absolute accuracy points, carried unchanged (not converted, e.g. to relative error reduction)"
 
 
 #: measures judged only from seed sets and memory runs (launch/analysis/seed_verdicts.py), never from records
@@ -50,6 +58,7 @@ class Claim:
     # (perplexity, κ, epochs), so that no equivalence is claimed. P5's sign tests (learns_first,
     # clustering_first, curriculum): the share of the discordant seeds' distance from one half,
     # SHARE_MARGIN ([reading]: P5 gives no number). `launch.analysis.report --margin KEY=δ` overrides it.
+    # A non-inferiority claim's bound: the effect is tested against −δ (`kind`).
     margin: float | None = None
     # the *primary* reading (a conf/reading/ file), chosen from the paper's text before any run
     # (docs/methods.md, "Primary readings"): its row is the claim's answer; the others are
@@ -58,6 +67,14 @@ class Claim:
     # time_to_target's target, fixed before the runs: this fraction of standard's mean final metric
     # (``(2 − f) ×`` it for a metric that falls: "within 1 − f of where standard ends"; [reading])
     target_fraction: float | None = None
+    kind: Kind = "superiority"
+    # δ's unit and where it comes from: the paper's scale (its dataset and model) and, where it is
+    # carried to another (a small task's), how: unchanged or converted, and by what rule
+    margin_unit: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind == "non-inferiority" and self.margin is None:
+            raise ValueError(f"claim {self.key}: a non-inferiority claim needs its margin δ")
 
 
 IMAGE, LRA, LM, MODADD = ("digits",), ("lra_listops_small",), ("lm_char",), ("modadd",)
@@ -73,6 +90,7 @@ CLAIMS: list[Claim] = [
         IMAGE,
         paper="ImageNet ViT-B 80.7 → 81.7 (+0.6 to +1.0 on five backbones)",
         margin=0.006,  # the smallest of its five backbones' gains
+        margin_unit=f"ImageNet top-1 (ViT-B and four other backbones): {CARRIED}",
         primary="spectral_qkv",
     ),
     Claim(
@@ -85,6 +103,7 @@ CLAIMS: list[Claim] = [
         LRA,
         paper="ListOps 37.1 → 37.8",
         margin=0.007,
+        margin_unit=f"ListOps accuracy (LRA): {CARRIED}",
         primary="spectral_qkv",
     ),
     Claim(
@@ -108,6 +127,7 @@ CLAIMS: list[Claim] = [
         IMAGE,
         paper="ImageNet ViT-B 80.3 → 81.3",
         margin=0.010,
+        margin_unit=f"ImageNet top-1 (ViT-B): {CARRIED}",
         primary="cond_tokens_block",
     ),
     Claim(
@@ -120,6 +140,7 @@ CLAIMS: list[Claim] = [
         LRA,
         paper="ListOps 37.1 → 37.9",
         margin=0.008,
+        margin_unit=f"ListOps accuracy (LRA): {CARRIED}",
         primary="cond_tokens_block",
     ),
     Claim(
@@ -154,6 +175,7 @@ CLAIMS: list[Claim] = [
         IMAGE,
         paper="ImageNet ViT-B 80.3 → 81.5",
         margin=0.012,
+        margin_unit=f"ImageNet top-1 (ViT-B): {CARRIED}",
         primary="cond_init_per_head",
     ),
     Claim(
@@ -166,6 +188,7 @@ CLAIMS: list[Claim] = [
         LRA,
         paper="Text 63.8 → 64.9 (no ListOps number)",
         margin=0.011,  # [reading] Text's gain stands in for ListOps'
+        margin_unit=f"LRA Text accuracy, standing in for ListOps': {CARRIED}",
         primary="cond_init_per_head",
     ),
     Claim(
@@ -201,6 +224,8 @@ CLAIMS: list[Claim] = [
         IMAGE,
         paper="ImageNet ViT-B 80.3 → 80.5",
         margin=0.002,
+        kind="non-inferiority",  # "at least as good": not worse by more than δ
+        margin_unit=f"ImageNet top-1 (ViT-B): {CARRIED}",
         primary="mimetic",
     ),
     Claim(

@@ -254,20 +254,24 @@ def stages_verdict(claim: Claim, curves: Curves) -> SeedVerdict:
     )
 
 
-def learns_first_verdict(claim: Claim, curves: Curves, base: Curves) -> SeedVerdict:
+def learns_first_verdict(claim: Claim, curves: Curves, base: Curves, family: int = 1) -> SeedVerdict:
     """One set of the claim's variant against the ``standard`` set of its setting, paired by seed
-    (the counts and the sign test of :func:`src.sandbox.success.compare`)."""
+    (the counts and the sign test of :func:`src.sandbox.success.compare`); ``family``: the sets of
+    its Holm family (the level an open row's seeds are planned at)."""
     standard, here = compare({"standard": base, "here": curves}, "standard")
     note = (
         f"learned first here / in standard: {here.faster} / {here.slower}; learned by epoch "
         f"{curves.epochs}: {here.learned} / {standard.learned} of {len(curves.seeds)}"
     )
-    return share_verdict(claim, curves, here.faster, here.slower, note)
+    return share_verdict(claim, curves, here.faster, here.slower, note, family)
 
 
-def share_verdict(claim: Claim, curves: Curves, first: int, second: int, note: str) -> SeedVerdict:
+def share_verdict(
+    claim: Claim, curves: Curves, first: int, second: int, note: str, family: int = 1
+) -> SeedVerdict:
     """A sign test: ``first`` of ``first + second`` discordant seeds on the claim's side, with TOST
-    against the claim's margin and, while open, the seeds the margin would take."""
+    against the claim's margin and, while open, the seeds the margin would take at the level it is
+    tested at in a Holm family of ``family`` sets (:func:`launch.analysis.stats.tested_at`)."""
     n = first + second
     if not n:
         return set_row(claim, curves, 0, None, None, None, None, None, note)
@@ -275,17 +279,20 @@ def share_verdict(claim: Claim, curves: Curves, first: int, second: int, note: s
     p_for, p_against, p_eq = stats.share_tests(first, n, claim.margin)
     row = replace(set_row(claim, curves, n, first / n, low, high, p_for, p_against, note), p_equivalent=p_eq)
     if claim.margin is not None and row.verdict == "inconclusive":
-        row = replace(row, note=f"{note}; {settles_at(claim.margin, n, len(curves.seeds))}")
+        row = replace(row, note=f"{note}; {settles_at(claim.margin, n, len(curves.seeds), family)}")
     return row
 
 
-def settles_at(margin: float, discordant: int, seeds: int) -> str:
-    """What a sign test's margin takes: discordant seeds for 80% power, and seeds at this rate."""
-    needed = stats.pairs_needed(margin)
+def settles_at(margin: float, discordant: int, seeds: int, family: int = 1) -> str:
+    """What a sign test's margin takes: discordant seeds for 80% power at the level it is tested at
+    (one-sided 2.5% over its Holm family's ``family`` sets), and seeds at this rate."""
+    level = stats.tested_at(stats.FIXED, family)
+    needed = stats.pairs_needed(margin, alpha=level.side)
+    at = "" if family == 1 else f" at {stats.describe_level(level)}, Holm over {family} sets"
     if needed is None:
-        return f"a share of 0.5 ± {margin:g} takes more than 1,000 discordant seeds"
+        return f"a share of 0.5 ± {margin:g} takes more than 1,000 discordant seeds{at}"
     rate = f" ≈ {math.ceil(needed * seeds / discordant):,} seeds at this set's rate" if discordant else ""
-    return f"a share of 0.5 ± {margin:g} takes {needed} discordant seeds (80% power){rate}"
+    return f"a share of 0.5 ± {margin:g} takes {needed} discordant seeds (80% power{at}){rate}"
 
 
 def clustering_verdict(claim: Claim, curves: Curves) -> SeedVerdict:
@@ -397,14 +404,16 @@ def seed_verdicts(
                 if c.variant == claim.variant and c.init_from and base is not None:
                     out.append(replace(curriculum_verdict(claim, c, base), folder=f.name))
             continue
-        family: dict[str, list[SeedVerdict]] = {}
+        paired: dict[str, list[tuple[Path, Curves, Curves]]] = {}
         for f, c in sets:
             base = standards.get(setting(c))
             if c.variant == claim.variant and base is not None:
-                found = replace(learns_first_verdict(claim, c, base), folder=f.name)
-                family.setdefault(backbone_of(c), []).append(found)
-        for found in family.values():
-            out += adjust(found)
+                paired.setdefault(backbone_of(c), []).append((f, c, base))
+        for members in paired.values():  # one backbone's sets: a Holm family
+            m = len(members)
+            out += adjust(
+                [replace(learns_first_verdict(claim, c, base, m), folder=f.name) for f, c, base in members]
+            )
     return out
 
 

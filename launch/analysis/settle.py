@@ -32,6 +32,7 @@ completed or failed record (an unfinished one resumes from its checkpoint), neve
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
@@ -75,10 +76,13 @@ class Plan:
         return sorted({*range(self.first, self.cap, self.batch), self.cap})
 
     def levels(self, target: int) -> stats.Levels:
-        """The levels of the look at ``target`` seeds (the last look at or below it)."""
+        """The levels of the look at ``target`` seeds (the last look at or below it), with the last
+        look's beside them (``last``: the level a row's seeds for δ are planned at,
+        :func:`launch.analysis.stats.tested_at`)."""
         looks = self.looks
         at = max((i for i, n in enumerate(looks) if n <= target), default=0)
-        return stats.look_levels(looks, self.shape)[at]
+        every = stats.look_levels(looks, self.shape)
+        return dataclasses.replace(every[at], last=every[-1]) if at < len(looks) - 1 else every[at]
 
     def after(self, target: int) -> int | None:
         """The next look's seed count after ``target`` (None at the cap)."""

@@ -11,9 +11,14 @@ From those differences this module gives
   *inconclusive*;
 * :func:`holm`: Holm's step-down adjustment of a family's p-values (a claim's readings on one task
   are one family: trying six readings and quoting the one that clears zero is six tries);
+* :func:`tested_at`: the level a row is tested at, for planning: its look's level (the fixed one,
+  or a settled sweep's look, :func:`look_levels`) over the size ``m`` of its Holm family;
 * :func:`min_detectable_effect` and :func:`seeds_needed`: the smallest effect a paired t-test over
-  ``n`` seeds detects with 80% power at the verdict's level, from the differences' spread, and the
-  seeds it would take to detect the margin;
+  ``n`` seeds detects with 80% power at that level, from the differences' spread, and the seeds it
+  would take to detect the margin (both also the power of a non-inferiority test at a true effect
+  of 0: its bound −δ is δ away);
+* :func:`example_variance`: for a small evaluation set, the variance its examples add to a mean
+  paired difference of accuracies (an option of :func:`paired_test`, off by default);
 * :func:`share_tests` and :func:`pairs_needed`: the same three p-values for a sign test (P5's
   "which arm learned first" over the seeds where the arms differ), its margin a share of those
   seeds away from one half, and the discordant seeds it takes to detect that margin.
@@ -42,10 +47,13 @@ SHARE_MARGIN = 0.2
 class Levels:
     """The levels one verdict is read at: each side's one-sided level and TOST's. A fixed-seed
     experiment uses the defaults; a sweep that adds seeds until settled (:mod:`launch.analysis.settle`)
-    reads each look at the alpha it spends there (:func:`spent`)."""
+    reads each look at the alpha it spends there (:func:`spent`), and ``last`` is then its
+    schedule's last look's levels (where a row that needs more seeds would be judged; None: a
+    fixed experiment, or this is the last look)."""
 
     side: float = SIDE_ALPHA
     equivalent: float = EQUIV_ALPHA
+    last: Levels | None = None
 
 
 FIXED = Levels()
@@ -82,6 +90,21 @@ def look_levels(looks: list[int], shape: str = "obf") -> list[Levels]:
     return out
 
 
+def tested_at(look: Levels = FIXED, family: int = 1, planned: bool = False) -> Levels:
+    """The level a row is tested at, for power, MDE and seeds needed: its look's levels (``planned``:
+    its schedule's last look's, where more seeds would be judged) divided by ``family``, the rows
+    of its Holm family. That is Holm's first step, α/m: the conservative planning level, since
+    its later steps (α/(m − 1), …) depend on the other rows' p-values, which no plan knows."""
+    at = (look.last or look) if planned else look
+    m = max(family, 1)
+    return Levels(at.side / m, at.equivalent / m)
+
+
+def describe_level(level: Levels) -> str:
+    """``α 0.0125`` (one-sided), as a row prints the level its MDE is at."""
+    return f"α {level.side:.3g}"
+
+
 @dataclass(frozen=True)
 class PairedTest:
     """A paired t-test of per-seed differences, in the claim's direction (``sign`` +1 or −1)."""
@@ -96,22 +119,34 @@ class PairedTest:
     p_equivalent: float | None  # TOST against ±margin (None without a margin)
 
 
-def paired_test(diffs: list[float], sign: int = 1, margin: float | None = None) -> PairedTest | None:
-    """The test of ``diffs`` (None below two differences). ``sign``: the side the paper claims."""
+def paired_test(
+    diffs: list[float],
+    sign: int = 1,
+    margin: float | None = None,
+    bound: float = 0.0,
+    example_var: float = 0.0,
+) -> PairedTest | None:
+    """The test of ``diffs`` (None below two differences). ``sign``: the side the paper claims.
+    ``bound``: the effect, in the claim's direction, that the one-sided p-values test against (0:
+    superiority; −δ: non-inferiority, ``p_for`` then tests "not worse by δ" and ``p_against``
+    "worse by more than δ"). ``example_var``: the variance the evaluation set's examples add to
+    the mean (:func:`example_variance`; 0, the default, treats the set as fixed), added to the
+    seeds' ``sd² / n`` in the interval and every p-value."""
     from scipy import stats
 
     n = len(diffs)
     if n < 2:
         return None
     mean, sd = statistics.fmean(diffs), statistics.stdev(diffs)
-    se = sd / math.sqrt(n)
+    se = math.sqrt(sd**2 / n + example_var)
     half = stats.t.ppf(0.975, n - 1) * se
+    null = sign * bound  # the bound on the differences' own scale
     if se == 0:  # every seed the same difference: the sign is certain, equivalence exact
-        up = 0.0 if mean > 0 else 1.0
-        down = 0.0 if mean < 0 else 1.0
+        up = 0.0 if mean > null else 1.0
+        down = 0.0 if mean < null else 1.0
         p_eq = None if margin is None else (0.0 if abs(mean) < margin else 1.0)
     else:
-        t = mean / se
+        t = (mean - null) / se
         up, down = stats.t.sf(t, n - 1), stats.t.cdf(t, n - 1)
         p_eq = None
         if margin is not None:
@@ -132,6 +167,18 @@ def three_way(p_for: float, p_against: float, p_equivalent: float | None, levels
     if p_equivalent is not None and p_equivalent < levels.equivalent:
         return "equivalent"
     return "inconclusive"
+
+
+def example_variance(variant: float, baseline: float, examples: int) -> float:
+    """The variance ``examples`` evaluation examples add to a mean paired difference of accuracies
+    ``variant − baseline``, when the examples are a sample of the task's and not the task itself:
+    each arm's binomial variance ``p(1 − p) / N``, summed. It is the upper end (the arms' per-example
+    correctness treated as independent; their positive correlation, unknown from the records,
+    lowers it), and shared by every seed: the examples are the same for all of them, so more seeds
+    do not shrink it."""
+    if examples < 1:
+        raise ValueError(f"an evaluation set of {examples} examples: give the set's size (≥ 1)")
+    return (variant * (1 - variant) + baseline * (1 - baseline)) / examples
 
 
 def difference_interval(k1: int, n1: int, k2: int, n2: int) -> tuple[float, float]:
@@ -181,17 +228,19 @@ def min_detectable_effect(
     return float(brentq(lambda d: power(d, sd, n, alpha) - target, 1e-12 * sd, 100 * sd))
 
 
-def seeds_needed(sd: float, effect: float, cap: int = 1000, target: float = POWER) -> int | None:
-    """The fewest seeds (≥ 2) whose paired test detects ``effect`` with ``target`` power; None when
-    more than ``cap`` would be needed or there is no spread to judge by."""
+def seeds_needed(
+    sd: float, effect: float, cap: int = 1000, target: float = POWER, alpha: float = SIDE_ALPHA
+) -> int | None:
+    """The fewest seeds (≥ 2) whose paired test at ``alpha`` detects ``effect`` with ``target``
+    power; None when more than ``cap`` would be needed or there is no spread to judge by."""
     if not sd > 0 or effect <= 0:
         return None
     low, high = 2, cap
-    if power(effect, sd, high) < target:
+    if power(effect, sd, high, alpha) < target:
         return None
     while low < high:  # power grows with n
         mid = (low + high) // 2
-        low, high = (mid + 1, high) if power(effect, sd, mid) < target else (low, mid)
+        low, high = (mid + 1, high) if power(effect, sd, mid, alpha) < target else (low, mid)
     return low
 
 

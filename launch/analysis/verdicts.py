@@ -15,7 +15,13 @@ experiment in :mod:`launch.analysis.records`' sense), never pooled over readings
 * a claim's readings on one task are one family: the verdict is also given with Holm-adjusted
   p-values (``adjusted``), and a verdict that holds only unadjusted is marked so in the report;
 * the report gives each row's minimum detectable effect at 80% power with the seeds it has, and
-  the seeds a test of δ would need.
+  the seeds a test of δ would need, both at the level the row is tested at
+  (:func:`launch.analysis.stats.tested_at`: its look's level over its Holm family's size);
+* a *non-inferiority* claim (``Claim.kind``, "at least as good") is tested one-sided against
+  −δ: *reproduced* (not worse) when the effect is above −δ, *contradicted* (worse) when it is
+  below −δ, no *equivalent*;
+* ``examples``: an option (off by default) that counts the evaluation set's examples as a sample
+  as well as the seeds, for a ``final`` accuracy (:func:`launch.analysis.stats.example_variance`).
 
 Measures (a claim's ``measure``):
 
@@ -85,6 +91,7 @@ class Verdict:
     )
     reading_file: str = ""  # the conf/reading/ file its runs match ("" where none does)
     role: str = ""  # primary (the claim's reading, chosen from the text) | exploratory | confirm
+    family: int = 1  # the rows of its Holm family with a test (set by adjust())
 
     @property
     def verdict(self) -> str:
@@ -94,16 +101,28 @@ class Verdict:
         return stats.three_way(self.test.p_for, self.test.p_against, self.test.p_equivalent, self.levels)
 
     @property
+    def tested_at(self) -> stats.Levels:
+        """The level its MDE is at: its look's over its Holm family
+        (:func:`launch.analysis.stats.tested_at`)."""
+        return stats.tested_at(self.levels, self.family)
+
+    @property
     def detectable(self) -> float | None:
-        """The smallest effect these seeds detect with 80% power, from the differences' spread."""
-        return None if self.test is None else stats.min_detectable_effect(self.test.sd, self.n)
+        """The smallest effect these seeds detect with 80% power at :attr:`tested_at`, from the
+        differences' spread (for a non-inferiority claim: the smallest δ whose test has 80% power
+        at a true effect of 0)."""
+        if self.test is None:
+            return None
+        return stats.min_detectable_effect(self.test.sd, self.n, alpha=self.tested_at.side)
 
     @property
     def seeds_for_margin(self) -> int | None:
-        """The seeds a test of δ would need at 80% power (None without δ or without a spread)."""
+        """The seeds a test of δ would need at 80% power (None without δ or without a spread), at
+        the level of its schedule's last look over its Holm family (``planned``)."""
         if self.test is None or self.margin is None:
             return None
-        return stats.seeds_needed(self.test.sd, self.margin)
+        level = stats.tested_at(self.levels, self.family, planned=True)
+        return stats.seeds_needed(self.test.sd, self.margin, alpha=level.side)
 
 
 #: The points of training a monitor measure is read at, each its own family: before the first
@@ -169,11 +188,14 @@ def verdicts(
     claims: list[Claim] = CLAIMS,
     margins: dict[str, float] | None = None,
     levels: dict[str, stats.Levels] | None = None,
+    examples: int | None = None,
 ) -> list[Verdict]:
     """Every claim on every task it names, for every reading of its variant found in ``runs``;
     ``margins`` (``{claim key: δ}``) replaces the claims' own; ``levels`` (``{experiment hash:
-    levels}``, from a settled sweep's looks) the fixed levels of the rows of those readings. Each
-    claim's readings on one task are a family, adjusted together (:func:`adjust`)."""
+    levels}``, from a settled sweep's looks) the fixed levels of the rows of those readings;
+    ``examples``: the evaluation set's size, to count its examples as a sample in a ``final``
+    accuracy's interval (None, the default: the set is the task). Each claim's readings on one
+    task are a family, adjusted together (:func:`adjust`)."""
     readable = [r for r in runs if r.status != "unreadable"]  # an unreadable folder has no reading
     out = []
     for claim in claims:
@@ -189,7 +211,7 @@ def verdicts(
             elif claim.measure.startswith("monitor:"):  # each point of training its own family
                 families = [_paired(claim, task, here, margin, when) for when in WHEN]
             else:
-                families = [_paired(claim, task, here, margin)]
+                families = [_paired(claim, task, here, margin, examples=examples)]
             for found in families:
                 for v in found:
                     v.levels = (levels or {}).get(v.experiment, stats.FIXED)
@@ -210,6 +232,7 @@ def adjust(family: list[Verdict]) -> list[Verdict]:
     )
     for v, up, down in zip(tested, p_for, p_against, strict=True):
         v.adjusted = stats.three_way(up, down, p_equivalent.get(id(v)), v.levels)
+        v.family = len(tested)
     for v in family:
         v.adjusted = v.adjusted or v.verdict
     return family
@@ -308,11 +331,16 @@ def pairings(claim: Claim, every: list[Run]) -> list[Pairing]:
 
 
 def _paired(
-    claim: Claim, task: str, every: list[Run], margin: float | None = None, when: str = ""
+    claim: Claim,
+    task: str,
+    every: list[Run],
+    margin: float | None = None,
+    when: str = "",
+    examples: int | None = None,
 ) -> list[Verdict]:
     """The claim against ``standard`` in the same setting, one verdict per reading; runs that did
     not complete are named in the row, not counted. ``when``: for a monitor measure, the point of
-    training it is read at (:data:`WHEN`)."""
+    training it is read at (:data:`WHEN`); ``examples``: as :func:`verdicts`'."""
     out = []
     for pair in pairings(claim, every):
         everyone, every_base, members, base = pair.everyone, pair.every_base, pair.members, pair.base
@@ -330,7 +358,7 @@ def _paired(
             if claim.better == "lower" or (claim.better == "metric" and not base[0].higher_is_better)
             else 1
         )
-        test = stats.paired_test(diffs, sign, margin)
+        test = _test(claim, diffs, sign, margin, _example_var(examples, base[0], mine, theirs, seeds))
         low, high = (None, None) if test is None else (test.low, test.high)
         verdict = Verdict(
             claim,
@@ -351,6 +379,31 @@ def _paired(
         )
         out.append(pair.place(verdict, claim))
     return out
+
+
+def _test(
+    claim: Claim, diffs: list[float], sign: int, margin: float | None, example_var: float
+) -> stats.PairedTest | None:
+    """The paired test a claim's kind asks for: superiority with TOST against ±δ, or
+    non-inferiority, one-sided against −δ (no equivalence)."""
+    if claim.kind == "non-inferiority":
+        if margin is None:
+            raise ValueError(f"claim {claim.key}: a non-inferiority claim needs its margin δ")
+        return stats.paired_test(diffs, sign, None, bound=-margin, example_var=example_var)
+    return stats.paired_test(diffs, sign, margin, example_var=example_var)
+
+
+def _example_var(
+    examples: int | None, base: Run, mine: dict[int, float], theirs: dict[int, float], seeds: list[int]
+) -> float:
+    """The variance an evaluation set of ``examples`` adds to a mean difference of accuracies
+    (0 without ``examples``, or for a metric that is not an accuracy in [0, 1])."""
+    if not examples or not seeds or not base.metric.endswith("acc"):
+        return 0.0
+    variant, baseline = (statistics.fmean(arm[s] for s in seeds) for arm in (mine, theirs))
+    if not (0 <= variant <= 1 and 0 <= baseline <= 1):
+        return 0.0
+    return stats.example_variance(variant, baseline, examples)
 
 
 def _to_target(claim: Claim, task: str, every: list[Run]) -> list[Verdict]:
@@ -484,8 +537,15 @@ def claims_section(found: list[Verdict], stopping: list[str] = ()) -> list[str]:
         "verdict with the p-values adjusted over the claim's readings on the task (a verdict that "
         "holds only unadjusted is marked †). *budget*: what the runs trained for; *n*: the paired "
         "seeds, and the runs left out named (failed, unfinished, unpaired). *MDE*: the smallest "
-        "effect these seeds detect with 80% power, from the paired differences' spread; *seeds for "
-        "δ*: how many a test of δ would need. *time_to_target* (P4's speed): *ours* is the target "
+        "effect these seeds detect with 80% power, from the paired differences' spread, at the level "
+        "the row is tested at, printed beside it: its look's one-sided level (2.5% fixed, or a settled "
+        "sweep's look) over m, the rows of its Holm family (Holm's first step, α/m: a conservative "
+        "planning level, since Holm's later steps depend on the data); *seeds for δ*: how many a test "
+        "of δ would need at 80% power at that level (a settled sweep's: at its last look's). "
+        'A *non-inferiority* claim ("at least as good") is tested one-sided against −δ: '
+        "*reproduced* (not worse): the effect is above −δ (the 95% interval's lower end above −δ); "
+        "*contradicted* (worse): below −δ; no *equivalent*; its MDE is the smallest δ its test has "
+        "80% power for at a true effect of 0. *time_to_target* (P4's speed): *ours* is the target "
         "and each arm's Kaplan–Meier median steps to it [95% interval] with the seeds censored (never "
         "reached it), the effect the ratio of the medians with a paired bootstrap's interval (a bound "
         "of 0 or ∞: resamples in which standard's, or the reading's, median is never reached). "
@@ -512,7 +572,7 @@ def claims_section(found: list[Verdict], stopping: list[str] = ()) -> list[str]:
             "",
             f"### {claim.source} {claim.key.split('-', 1)[1]}: {claim.statement}",
             "",
-            f"Paper: {claim.paper}. Measure: `{claim.measure}`. δ: {_margin(claim, found)}.",
+            f"Paper: {claim.paper}. Measure: `{claim.measure}`. {_kind(claim)}δ: {_margin(claim, found)}.",
             "",
             "| task | variant | reading | budget | n | ours | effect [95% CI] | MDE | seeds for δ "
             "| entropy | verdict | Holm |",
@@ -536,6 +596,8 @@ def _verdict_row(v: Verdict) -> str:
         effect += f" [{_signed(v, v.low)}, {_signed(v, v.high)}]"
     entropy = "—" if v.entropy is None else f"{v.entropy:.3f}"
     detectable = "—" if v.detectable is None else _signed(v, v.detectable).lstrip("+")
+    if v.detectable is not None:
+        detectable += f" ({stats.describe_level(v.tested_at)})"
     seeds = "—" if v.margin is None or v.test is None else (str(v.seeds_for_margin or "> 1000"))
     only_raw = "†" if v.verdict != v.adjusted and v.verdict != "inconclusive" else ""
     exploratory = "‡" if v.role == "exploratory" and v.verdict != "inconclusive" else ""
@@ -544,8 +606,24 @@ def _verdict_row(v: Verdict) -> str:
     reading = " ".join(filter(None, [name, "**primary**" if v.role == "primary" else "", v.reading]))
     return (
         f"| {v.task} | {v.claim.variant} | {reading} | {v.budget or '—'} | {n} | {ours} | {effect} "
-        f"| {detectable} | {seeds} | {entropy} | **{v.verdict}**{only_raw}{exploratory} | {v.adjusted} |"
+        f"| {detectable} | {seeds} | {entropy} "
+        f"| **{v.verdict}**{_words(v, v.verdict)}{only_raw}{exploratory} "
+        f"| {v.adjusted}{_words(v, v.adjusted)} |"
     )
+
+
+#: a non-inferiority claim's verdicts in its own words
+NOT_WORSE = {"reproduced": " (not worse)", "contradicted": " (worse)"}
+
+
+def _words(v: Verdict, verdict: str) -> str:
+    """`` (not worse)`` / `` (worse)`` after a non-inferiority claim's verdict (else nothing)."""
+    return NOT_WORSE.get(verdict, "") if v.claim.kind == "non-inferiority" else ""
+
+
+def _kind(claim: Claim) -> str:
+    """The claim's test, where it is not superiority's."""
+    return "Test: non-inferiority (effect > −δ, one-sided). " if claim.kind == "non-inferiority" else ""
 
 
 def answers(found: list[Verdict]) -> dict[tuple[str, str, str], str]:
@@ -569,7 +647,8 @@ def _margin(claim: Claim, found: list[Verdict]) -> str:
     if margin is None:
         return "none declared (no *equivalent* verdict)"
     row = next(v for v in found if v.claim == claim)
-    return _signed(row, margin).lstrip("+")
+    unit = f" ({claim.margin_unit})" if claim.margin_unit and margin == claim.margin else ""
+    return _signed(row, margin).lstrip("+") + unit
 
 
 def _measured(v: Verdict, value: float | None) -> str:
