@@ -26,7 +26,10 @@ Kind = Literal["superiority", "non-inferiority"]
 #: how every accuracy margin below is carried: the paper's gain in accuracy points at its own
 #: scale, applied unchanged as an absolute difference of accuracy (never converted, e.g. to a
 #: relative error reduction, which would scale it by the task's error rate)
-CARRIED = "absolute accuracy points, carried unchanged (not converted, e.g. to relative error reduction)"
+CARRIED = (
+    "accuracy points, carried unchanged as an absolute difference "
+    "(not converted, e.g. to a relative error reduction)"
+)
 
 
 #: measures judged only from seed sets and memory runs (launch/analysis/seed_verdicts.py), never from records

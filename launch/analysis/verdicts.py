@@ -188,14 +188,14 @@ def verdicts(
     claims: list[Claim] = CLAIMS,
     margins: dict[str, float] | None = None,
     levels: dict[str, stats.Levels] | None = None,
-    examples: int | None = None,
+    examples: dict[str, int] | None = None,
 ) -> list[Verdict]:
     """Every claim on every task it names, for every reading of its variant found in ``runs``;
     ``margins`` (``{claim key: δ}``) replaces the claims' own; ``levels`` (``{experiment hash:
     levels}``, from a settled sweep's looks) the fixed levels of the rows of those readings;
-    ``examples``: the evaluation set's size, to count its examples as a sample in a ``final``
-    accuracy's interval (None, the default: the set is the task). Each claim's readings on one
-    task are a family, adjusted together (:func:`adjust`)."""
+    ``examples`` (``{task: its evaluation set's size}``): count those examples as a sample in a
+    ``final`` accuracy's interval (None, the default, and a task not named: the set is the
+    task). Each claim's readings on one task are a family, adjusted together (:func:`adjust`)."""
     readable = [r for r in runs if r.status != "unreadable"]  # an unreadable folder has no reading
     out = []
     for claim in claims:
@@ -211,7 +211,7 @@ def verdicts(
             elif claim.measure.startswith("monitor:"):  # each point of training its own family
                 families = [_paired(claim, task, here, margin, when) for when in WHEN]
             else:
-                families = [_paired(claim, task, here, margin, examples=examples)]
+                families = [_paired(claim, task, here, margin, examples=(examples or {}).get(task))]
             for found in families:
                 for v in found:
                     v.levels = (levels or {}).get(v.experiment, stats.FIXED)
@@ -336,11 +336,12 @@ def _paired(
     every: list[Run],
     margin: float | None = None,
     when: str = "",
-    examples: int | None = None,
+    examples: dict[str, int] | None = None,
 ) -> list[Verdict]:
     """The claim against ``standard`` in the same setting, one verdict per reading; runs that did
     not complete are named in the row, not counted. ``when``: for a monitor measure, the point of
-    training it is read at (:data:`WHEN`); ``examples``: as :func:`verdicts`'."""
+    training it is read at (:data:`WHEN`); ``examples``: the task's evaluation set's size, to count
+    its examples as a sample (:func:`_example_var`)."""
     out = []
     for pair in pairings(claim, every):
         everyone, every_base, members, base = pair.everyone, pair.every_base, pair.members, pair.base
@@ -647,7 +648,7 @@ def _margin(claim: Claim, found: list[Verdict]) -> str:
     if margin is None:
         return "none declared (no *equivalent* verdict)"
     row = next(v for v in found if v.claim == claim)
-    unit = f" ({claim.margin_unit})" if claim.margin_unit and margin == claim.margin else ""
+    unit = f" — {claim.margin_unit}" if claim.margin_unit and margin == claim.margin else ""
     return _signed(row, margin).lstrip("+") + unit
 
 

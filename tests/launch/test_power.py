@@ -173,3 +173,23 @@ def test_a_rows_mde_and_seeds_for_delta_are_at_its_familys_level_and_the_row_say
         assert v.seeds_for_margin == stats.seeds_needed(v.test.sd, 0.01, alpha=half)
         assert v.seeds_for_margin > stats.seeds_needed(v.test.sd, 0.01)  # more than alone
     assert "(α 0.0125)" in "\n".join(claims_section(found))
+
+
+def test_the_examples_option_widens_a_final_accuracys_interval_by_the_sets_binomial_variance():
+    """Off by default; ``examples={"digits": 360}`` adds each arm's ``p(1 − p)/360`` to the mean
+    difference's variance and keeps its mean; a task not named keeps the seeds-only interval."""
+    from scipy.stats import t
+
+    claim = Claim("T-acc", "T", "better", "spectral", "final", "metric", ("digits",))
+    runs = paired_runs([0.02, 0.03, 0.025, 0.015, 0.035], "spectral", lam=1.0)
+    (fixed,) = verdicts(runs, [claim])
+    (counted,) = verdicts(runs, [claim], examples={"digits": 360})
+    (other,) = verdicts(runs, [claim], examples={"lm_char": 360})
+    n = counted.n
+    extra = stats.example_variance(counted.value, counted.baseline, 360)
+    half = t.ppf(0.975, n - 1) * np.sqrt(counted.test.sd**2 / n + extra)
+    assert counted.effect == pytest.approx(fixed.effect)
+    assert (counted.low, counted.high) == pytest.approx((counted.effect - half, counted.effect + half))
+    assert counted.high - counted.low > 2 * (fixed.high - fixed.low)  # 360 examples dominate here
+    assert (other.low, other.high) == (fixed.low, fixed.high)
+    assert fixed.verdict == "reproduced" != counted.verdict
