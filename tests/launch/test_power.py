@@ -206,3 +206,15 @@ def test_a_sign_tests_open_row_plans_its_discordant_seeds_at_its_familys_level()
     assert f"takes {two} discordant seeds (80% power at α 0.0125, Holm over 2 sets)" in settles_at(
         0.2, 10, 10, family=2
     )
+
+
+def test_non_inferiority_of_a_lower_is_better_measure_bounds_the_rise_at_plus_delta():
+    """For a loss (``sign`` −1), "not worse by δ" is a raw difference below +δ: p_for is the t
+    test of H0 ``effect ≥ +δ``, mirrored from the accuracy case."""
+    diffs = [0.004, -0.001, 0.006, 0.002, 0.003]  # a small rise in loss
+    loss = stats.paired_test(diffs, sign=-1, bound=-0.01)
+    mirrored = stats.paired_test([-d for d in diffs], sign=1, bound=-0.01)
+    assert loss.p_for == pytest.approx(mirrored.p_for) and loss.p_against == pytest.approx(mirrored.p_against)
+    se = np.std(diffs, ddof=1) / np.sqrt(len(diffs))
+    assert loss.p_for == pytest.approx(scipy_stats.t.cdf((np.mean(diffs) - 0.01) / se, len(diffs) - 1))
+    assert stats.three_way(loss.p_for, loss.p_against, None) == "reproduced"  # not worse
