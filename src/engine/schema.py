@@ -1,7 +1,9 @@
 """The trainer group's schema: Hydra checks each option's type when it composes the config.
 
+The schema states types only; every value, defaults included, is ``conf/trainer/default.yaml``'s.
 ``trainer.max_steps=abc`` then fails before anything runs, naming the key and the type it
-wanted; :func:`check_values` adds, once and before the record opens, the checks a type cannot
+wanted; an option no trainer file gives a value is refused by :func:`check_stated`, naming it;
+:func:`check_values` adds, once and before the record opens, the checks a type cannot
 express: the range of every numeric option a run has (:data:`RANGES`: the trainer's, the task's
 batch sizes and validation fraction, the optimizer's and the schedule's), the choices, and that no
 number in the config is NaN or infinite.
@@ -13,7 +15,7 @@ import math
 from dataclasses import dataclass
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import MISSING, DictConfig, OmegaConf
 
 from src import resolvers  # noqa: F401  ${cpus_at_most:…} (trainer.num_workers) and the others
 from src.errors import ConfigError
@@ -30,31 +32,35 @@ CHOICES = {
 
 @dataclass
 class TrainerSchema:
-    max_steps: int | None = None
-    max_epochs: int | None = None
-    accumulate: int = 1
-    val_every: int = 100
-    val_every_epochs: float | None = None
-    eval_batches: int | None = None
-    log_every: int = 10
-    monitor_every: int = 100
-    checkpoint_every: int = 100
-    checkpoints: bool = True
-    clip_grad: float | None = None
-    precision: str = "fp32"
-    compile: bool = False
-    ema: float | None = None
-    device: str = "auto"
-    num_workers: int = 0
-    threads: int | None = None
-    flush_denormal: bool = True
-    progress: str = "tqdm"
-    nonfinite: str = "stop"
-    nonfinite_limit_consecutive: int = 10
-    nonfinite_limit_total: int | None = None
-    resume: str = "auto"
-    collapse_entropy: float | None = 0.05
-    test_after: str | None = None
+    """The type of every trainer option; the values, defaults included, are conf/trainer/default.yaml's
+    (each stated once). ``MISSING``: a trainer file that leaves an option out is refused by
+    :func:`check_stated`, naming it, rather than running on a value stated nowhere."""
+
+    max_steps: int | None = MISSING
+    max_epochs: int | None = MISSING
+    accumulate: int = MISSING
+    val_every: int = MISSING
+    val_every_epochs: float | None = MISSING
+    eval_batches: int | None = MISSING
+    log_every: int = MISSING
+    monitor_every: int = MISSING
+    checkpoint_every: int = MISSING
+    checkpoints: bool = MISSING
+    clip_grad: float | None = MISSING
+    precision: str = MISSING
+    compile: bool = MISSING
+    ema: float | None = MISSING
+    device: str = MISSING
+    num_workers: int = MISSING
+    threads: int | None = MISSING
+    flush_denormal: bool = MISSING
+    progress: str = MISSING
+    nonfinite: str = MISSING
+    nonfinite_limit_consecutive: int = MISSING
+    nonfinite_limit_total: int | None = MISSING
+    resume: str = MISSING
+    collapse_entropy: float | None = MISSING
+    test_after: str | None = MISSING
 
 
 ConfigStore.instance().store(group="trainer", name="schema", node=TrainerSchema)
@@ -139,9 +145,21 @@ RANGES: dict[str, Range] = {
 ABSENT = object()
 
 
+def check_stated(cfg: DictConfig) -> None:
+    """Every trainer option has a value: :class:`TrainerSchema` states types only, so an option
+    the trainer file leaves out is ``???`` until here, where it is one :class:`ConfigError`."""
+    missing = sorted(OmegaConf.missing_keys(cfg.trainer))  # full paths: trainer.log_every
+    if missing:
+        raise ConfigError(
+            f"{', '.join(missing)}: no value; conf/trainer/default.yaml states each trainer option's "
+            "default (a trainer file of your own: begin its defaults list with `default`), or set it"
+        )
+
+
 def check_values(cfg: DictConfig) -> None:
     """Ranges and choices of the run's options (:data:`RANGES`, :data:`CHOICES`), and that no
     number anywhere in the config is NaN or infinite; one :class:`ConfigError` per mistake."""
+    check_stated(cfg)
     t = cfg.trainer
     if not isinstance(cfg.seed, int) or isinstance(cfg.seed, bool):
         raise ConfigError(f"seed={cfg.seed!r} must be an integer")

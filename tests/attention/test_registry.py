@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+import typing
+from typing import Any, Literal, get_args, get_origin
+
 import pytest
 import torch
 from conftest import CONF, tiny_model
@@ -178,3 +182,33 @@ def test_the_target_decides_what_is_built_and_a_record_without_one_still_builds(
         variant_from_config({"_target_": "os.system", "variant": "precond"})
     with pytest.raises(AttentionConfigError, match=r"^unknown option\(s\) alpha for attention variant"):
         variant_from_config({**one, "alpha": 1})  # the variant's own one line, not wrapped
+
+
+# -- every option reaches the built variant from the command line --------------------------------
+
+
+def other_value(tp: Any, default: Any) -> Any:
+    """A value of type ``tp`` that is not ``default``: what a command line would change it to."""
+    choices = [a for a in get_args(tp) if a is not type(None)]
+    if get_origin(tp) is Literal or (choices and get_origin(choices[0]) is Literal):
+        options = get_args(tp) if get_origin(tp) is Literal else get_args(choices[0])
+        return next(a for a in options if a != default)
+    if tp is bool:
+        return not default
+    return default + 1 if tp is int else default * 0.5 + 0.25
+
+
+@pytest.mark.parametrize(
+    "variant", [name for name, cls in attention.VARIANTS.items() if dataclasses.fields(cls)]
+)
+def test_every_option_given_as_attn_key_value_reaches_the_built_variant(variant, tmp_path):
+    """``attn=<variant> attn.<option>=<value>`` for every option at once (no ``+``): Hydra takes each
+    key, and the variant the run builds holds each value, not its default."""
+    from conftest import compose
+
+    cls = attention.VARIANTS[variant]
+    hints = typing.get_type_hints(cls)
+    given = {f.name: other_value(hints[f.name], f.default) for f in dataclasses.fields(cls)}
+    overrides = [f"attn.{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in given.items()]
+    built = attention.variant_from_config(compose([f"attn={variant}", *overrides], tmp_path).attn)
+    assert built.options() == given
