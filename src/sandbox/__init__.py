@@ -25,7 +25,7 @@ Its modules, by what they are for:
   model and weights file in :mod:`~src.sandbox.stacked`) and writes its curves
   (:mod:`~src.sandbox.curves`: no torch, so the report can read them); ``python -m
   src.sandbox.join`` joins sets trained apart (:mod:`~src.sandbox.join`);
-  ``python -m src.sandbox.success`` sets them side by side (:mod:`~src.sandbox.success`);
+  ``python -m launch.analysis.seed_sets`` sets them side by side (:mod:`launch.analysis.seed_sets`);
 * P5's loss spikes where its code shows them, an associative memory under gradient descent:
   ``python -m src.sandbox.memory`` (:mod:`~src.sandbox.memory`).
 """

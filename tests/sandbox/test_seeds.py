@@ -12,13 +12,13 @@ from conftest import compose
 from omegaconf import OmegaConf
 from scipy.stats import binomtest
 
+from launch.analysis.seed_sets import P5_SAYS, compare
 from src.engine import train
 from src.engine.record import checkpoint
 from src.engine.record.files import read_metrics
 from src.errors import ConfigError
 from src.sandbox.curves import Curves, first_success, seed_table, success_by_epoch
 from src.sandbox.seeds import parse_seeds, train_seeds
-from src.sandbox.success import P5_SAYS, compare
 
 SMALL = [
     "task=modadd",
@@ -325,7 +325,7 @@ def test_a_common_budget_cuts_the_probes_with_the_epochs_and_older_sets_still_lo
 
 def test_p5s_own_criterion_counts_only_the_seeds_at_100_percent(tmp_path, capsys):
     """--threshold 1.0 (P5's code): a seed that plateaus at 97% learned at 95%, not at 100%."""
-    from src.sandbox.success import main
+    from launch.analysis.seed_sets import main
 
     curves = curves_learning_at([5, 8, None])
     curves.acc[1] = [min(a, 0.97) for a in curves.acc[1]]
@@ -341,7 +341,7 @@ def test_p5s_own_criterion_counts_only_the_seeds_at_100_percent(tmp_path, capsys
 def test_the_report_draws_the_clustering_heads_only_for_sets_with_probes():
     from pathlib import Path
 
-    from src.sandbox.success import report_section
+    from launch.analysis.seed_sets import report_section
 
     plain = curves_learning_at([5, None])
     probed = curves_learning_at([5, None])
