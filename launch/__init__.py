@@ -8,7 +8,10 @@ launched) and :mod:`launch.wandb_sweep` (the same grid as a W&B Sweeps config). 
   errors, attempt time limits, data prepared ahead, a local cluster to try it on);
 - :mod:`launch.tools`: measuring instruments (the bench, the GPU check, FLOP counts) and the mmcv build.
 
-May import: ``tasks`` and ``src`` (``launch → tasks → src``); the planning modules also
-:mod:`launch.tools.flops` (a step's cost). :mod:`launch.analysis` imports neither
-:mod:`launch.cluster` nor :mod:`launch.tools`, nor the planning modules.
+The top layer (``launch → tasks → src``). The planning modules import each other and
+:mod:`launch.tools.flops` (a step's cost); each folder states its own rule in its docstring, and
+:mod:`launch.analysis` imports neither :mod:`launch.cluster` nor :mod:`launch.tools`, nor the
+planning modules (``tests/test_layering.py``).
+
+May import: ``src``, ``tasks``, ``launch.plan``, ``launch.wandb_sweep``, ``launch.tools.flops``.
 """

@@ -140,16 +140,16 @@ def attn_parts(parts: Iterable[str]) -> str:
 
 
 def slurm_attempt_min(time_min: int, max_time_min: int | str | None, partition: str | None = None) -> int:
-    """``hydra.launcher.timeout_min``: :func:`launch.cluster.slurm_time.attempt_min` (imported on use: only
+    """``hydra.launcher.timeout_min``: :func:`src.slurm_time.attempt_min` (imported on use: only
     the process that submits to SLURM resolves it)."""
-    from launch.cluster.slurm_time import attempt_min
+    from src.slurm_time import attempt_min
 
     return attempt_min(time_min, max_time_min, partition)
 
 
 def slurm_timeouts(time_min: int, attempt: int, signal_delay_s: int) -> int:
-    """``hydra.launcher.max_num_timeout``: :func:`launch.cluster.slurm_time.timeouts_allowed`."""
-    from launch.cluster.slurm_time import timeouts_allowed
+    """``hydra.launcher.max_num_timeout``: :func:`src.slurm_time.timeouts_allowed`."""
+    from src.slurm_time import timeouts_allowed
 
     return timeouts_allowed(time_min, attempt, signal_delay_s)
 

@@ -396,9 +396,9 @@ def read_exports_csv(path: Path) -> list[dict[str, Any]]:
 def seed_sets(
     roots: list[Path], margins: dict[str, float] | None = None
 ) -> tuple[list[str], dict[str, bytes]]:
-    """P5's seed sets under ``roots`` (:func:`src.sandbox.success.report_section`), then P5's
+    """P5's seed sets under ``roots`` (:func:`launch.analysis.seed_sets.report_section`), then P5's
     claims judged from them (:mod:`launch.analysis.seed_verdicts`; ``margins`` as :func:`build`'s)."""
-    from src.sandbox.success import load_sets, report_section
+    from launch.analysis.seed_sets import load_sets, report_section
 
     from .seed_verdicts import read_memories, section, seed_verdicts
 

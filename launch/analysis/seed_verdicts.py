@@ -64,10 +64,10 @@ from pathlib import Path
 
 from scipy.stats import binomtest, fisher_exact
 
+from launch.analysis.seed_sets import backbone_of, compare, setting
 from src.engine.record.bounded import RefusedFile, read_bytes
 from src.sandbox.curves import SUCCESS, Curves, first_success, seed_table
 from src.sandbox.stages import emergence
-from src.sandbox.success import backbone_of, compare, setting
 
 from . import stats
 from .claims import CLAIMS, SEED_SET_MEASURES, Claim
@@ -256,7 +256,7 @@ def stages_verdict(claim: Claim, curves: Curves) -> SeedVerdict:
 
 def learns_first_verdict(claim: Claim, curves: Curves, base: Curves, family: int = 1) -> SeedVerdict:
     """One set of the claim's variant against the ``standard`` set of its setting, paired by seed
-    (the counts and the sign test of :func:`src.sandbox.success.compare`); ``family``: the sets of
+    (the counts and the sign test of :func:`launch.analysis.seed_sets.compare`); ``family``: the sets of
     its Holm family (the level an open row's seeds are planned at)."""
     standard, here = compare({"standard": base, "here": curves}, "standard")
     note = (
@@ -367,7 +367,7 @@ def seed_verdicts(
 ) -> list[SeedVerdict]:
     """Every ``modadd`` claim of :data:`MEASURES` on every seed set (or memory.json) it applies to;
     a variant's set is judged only against the ``standard`` set of its setting: the same overrides
-    but the variant's, the same seeds and epochs (:func:`src.sandbox.success.setting`).
+    but the variant's, the same seeds and epochs (:func:`launch.analysis.seed_sets.setting`).
     ``margins`` (``{claim key: δ}``) replaces the claims' own, as ``launch.analysis.report --margin``."""
     claims = [replace(c, margin=(margins or {}).get(c.key, c.margin)) for c in claims]
     out: list[SeedVerdict] = []

@@ -9,7 +9,7 @@ does for a missing SLURM.
 Hydra instantiates launchers only from the ``hydra_plugins`` package, so ``hydra/launcher=slurm``
 keeps submitit's ``_target_``; the callback :class:`OneLineSubmissionErrors` (``conf/config.yaml``)
 makes Hydra build :class:`SlurmLauncher` for it when a sweep starts. It also resolves each
-attempt's time limit first (``launch/cluster/slurm_time.py``): a bad ``resources.max_time_min`` is one line
+attempt's time limit first (``src/slurm_time.py``): a bad ``resources.max_time_min`` is one line
 and exit 2, and a run split into attempts by the partition's limit says so in one line.
 """
 
@@ -76,7 +76,7 @@ class OneLineSubmissionErrors(Callback):
 def attempts_line(config: DictConfig) -> str | None:
     """``each SLURM attempt asks 1440 of the run's 4320 min (…): 4 attempts, …``, where the cap
     splits the run, else None; a :class:`ConfigError` where the time limit cannot be resolved."""
-    from launch.cluster.slurm_time import attempts_needed
+    from src.slurm_time import attempts_needed
 
     launcher, resources = config.hydra.launcher, config.resources
     try:

@@ -6,6 +6,9 @@ Holds the bench (:mod:`.bench`, with :mod:`.bench_shapes` and :mod:`.bench_train
 :mod:`launch.plan` prices runs with) and mmcv's compiled ops built or found in a cache
 (:mod:`.mmcv_build`, :mod:`.mmcv_target`).
 
-May import: ``src``, ``tasks``, :mod:`launch.analysis` (the training bench reads its runs back) and
+Beside ``src`` and ``tasks``: :mod:`launch.analysis` (the training bench reads its runs back) and
 the planning modules at ``launch/``'s top (the config a check composes). Never :mod:`launch.cluster`.
+
+May import: ``src``, ``tasks``, ``launch.tools``, ``launch.analysis``, ``launch.plan``,
+``launch.wandb_sweep``.
 """

@@ -10,6 +10,8 @@
 the package is, so nothing else names it. A variant that lives in another package registers
 through the entry-point group ``conditioned_attention.variants`` (its config joins through
 ``hydra.searchpath``); see docs/extending.md.
+
+May import: ``src.attention``, ``src.errors``.
 """
 
 import importlib

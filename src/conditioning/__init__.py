@@ -1,5 +1,8 @@
 """What the papers claim, measured: condition numbers, the attention Jacobian and its bound,
-and the monitor a training loop calls every ``k`` steps."""
+and the monitor a training loop calls every ``k`` steps.
+
+May import: ``src.conditioning``, ``src.attention``.
+"""
 
 from .jacobian import (
     attention_jacobian,

@@ -29,6 +29,9 @@ the explicit path (the conditioning monitor's); padded queries are computed and 
 
 ``pretrained`` is only stored: the task applies the attention variant first and then calls
 :meth:`CrammedBERT.load_pretrained`, so that a parametrized weight's keys match the checkpoint's.
+The task hands it the checkpoint it has read (``tasks/glue``); given only a path, the model reads
+the file with torch's safe loader itself (tensors and plain data, as the run record saves them),
+knowing nothing else of the run record.
 """
 
 from __future__ import annotations
@@ -44,7 +47,6 @@ from torch import Tensor, nn
 
 from src.attention import TokenEntry
 from src.attention.sites import Where
-from src.engine.record import checkpoint
 from src.errors import ConfigError
 
 from .lra import sinusoidal_positions
@@ -227,7 +229,7 @@ def _read(file: Path) -> Any:
             "(python -m src.run task=mlm makes one)"
         )
     try:
-        saved = checkpoint.load(file)
+        saved = torch.load(file, map_location="cpu", weights_only=True)  # tensors and plain data only
     except Exception as error:  # noqa: BLE001  truncated, corrupt or not a torch file: one message
         raise ConfigError(f"backbone pretrained={file}: cannot read a checkpoint ({error})") from error
     return saved

@@ -20,12 +20,14 @@ Its modules, by what they are for:
   (:mod:`~src.sandbox.stages`), the clustering head (:mod:`~src.sandbox.clustering`), both in one
   dict (:mod:`~src.sandbox.statistics`); loss-spike detection during training,
   :mod:`~src.sandbox.spikes` (no matplotlib: the loop imports it);
+* P5's feed-forward learning-rate discount, the optimizer's parameter-group hook that
+  ``experiment=paper/p5_mlp_lr`` names: :mod:`~src.sandbox.param_groups`;
 * many seeds at once, P5's rates over seeds: ``python -m src.sandbox.seeds`` trains a seed set as
   one stacked model (:mod:`~src.sandbox.seeds`, the suite's one second training loop, its stacked
   model and weights file in :mod:`~src.sandbox.stacked`) and writes its curves
   (:mod:`~src.sandbox.curves`: no torch, so the report can read them); ``python -m
   src.sandbox.join`` joins sets trained apart (:mod:`~src.sandbox.join`);
-  ``python -m src.sandbox.success`` sets them side by side (:mod:`~src.sandbox.success`);
+  ``python -m launch.analysis.seed_sets`` sets them side by side (:mod:`launch.analysis.seed_sets`);
 * P5's loss spikes where its code shows them, an associative memory under gradient descent:
   ``python -m src.sandbox.memory`` (:mod:`~src.sandbox.memory`).
 """

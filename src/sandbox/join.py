@@ -4,7 +4,7 @@ A set of 32 seeds that left a comparison open can be extended without retraining
 next seeds into their own folder (``--seeds 32-63 --out …``), then join the folders. ``OUT`` gets
 the ``curves.json``, ``seeds.json`` and ``success.png`` a set of all those seeds trained at once
 would have (a seed trains the same beside any others: tests/sandbox/test_seeds.py), which
-``src.sandbox.success`` and ``launch.analysis.report`` read as any set. Its weights stay in the parts'
+``launch.analysis.seed_sets`` and ``launch.analysis.report`` read as any set. Its weights stay in the parts'
 ``weights.safetensors`` (a joined folder has none, so ``--init-from`` needs a part). Sets of
 another recipe, budget or probe cadence, or sharing a seed, are refused: one ``error:`` line,
 exit 2, nothing written.

@@ -22,7 +22,7 @@ fp32. Those runs go through ``python -m src.run -m … seed=…`` as any sweep.
 Its output is the test accuracy and loss of every seed after every epoch (:class:`Curves`), and
 every 5 epochs each seed's clustering head (P5's circuit: :mod:`src.sandbox.clustering`),
 written by ``python -m src.sandbox.seeds`` to ``curves.json`` with the success-by-epoch
-figure and the seeds' final weights (``weights.safetensors``); :mod:`src.sandbox.success` and
+figure and the seeds' final weights (``weights.safetensors``); :mod:`launch.analysis.seed_sets` and
 :mod:`launch.analysis.seed_verdicts` read them. ``--init-from DIR`` starts every seed from its final
 weights in another set (P5's fine-tuning from p = 2 to p = 3, its curriculum).
 

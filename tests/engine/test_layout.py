@@ -1,100 +1,36 @@
 """The engine's layout: no circle of files, and each package imports only what its docstring allows.
 
-An import scan, not an import: every ``import`` and ``from … import`` statement of every file in
-``src/engine`` (at module level, in functions and under ``TYPE_CHECKING`` alike) is resolved to
-the engine file it names, relative (``from ..record import checkpoint``) or absolute
-(``from src.engine.record.files import RunRecord``), and the graph of those edges must have no
-cycle. ``src/engine/record`` imports nothing of ``src/engine/loop``, and the task contract
-(``src/engine/task.py``) imports neither the loop nor the pipeline that composes it.
+An import scan, not an import (``tests/import_graph.py``, shared with ``tests/test_layering.py``):
+every import statement of every file in ``src/engine`` (at module level, in functions and under
+``TYPE_CHECKING`` alike) is resolved to the engine file it names, relative (``from ..record import
+checkpoint``) or absolute (``from src.engine.record.files import RunRecord``), and the graph of
+those edges must have no cycle. ``src/engine/record`` imports nothing of ``src/engine/loop``, and
+the task contract (``src/engine/task.py``) imports neither the loop nor the pipeline that composes it.
 """
 
 from __future__ import annotations
 
-import ast
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from import_graph import ROOT, find_cycle, imported_files, module_file, rule_of
 
-ROOT = Path(__file__).resolve().parents[2]
 ENGINE = ROOT / "src" / "engine"
-
-#: What each package of the engine may import from the engine (its opening docstring says so).
-ALLOWED = {
-    "record": {"record", "distributed.py"},
-    "loop": {"loop", "record", "distributed.py", "task.py"},
-}
-
-
-def module_file(dotted: str) -> Path | None:
-    """The file of a dotted module path under the repository root (a package's ``__init__.py``),
-    or None where it is no file of the repository (a name imported from a module)."""
-    base = ROOT.joinpath(*dotted.split("."))
-    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-def package_of(path: Path) -> str:
-    """The dotted package a file's relative imports start from."""
-    parts = path.relative_to(ROOT).with_suffix("").parts
-    return ".".join(parts if path.name == "__init__.py" else parts[:-1]).removesuffix(".__init__")
-
-
-def imported_files(path: Path) -> set[Path]:
-    """The engine files ``path`` imports, by every import statement it holds."""
-    found: set[Path] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
-        if isinstance(node, ast.Import):
-            targets = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package_of(path).split(".")
-                base = base[: len(base) - (node.level - 1)]
-                module = ".".join(base + ([node.module] if node.module else []))
-            else:
-                module = node.module or ""
-            # `from pkg import name`: the submodule pkg.name where there is one, else pkg itself
-            targets = [
-                f"{module}.{alias.name}" if module_file(f"{module}.{alias.name}") else module
-                for alias in node.names
-            ]
-        else:
-            continue
-        for target in targets:
-            if target == "src.engine" or target.startswith("src.engine."):
-                file = module_file(target)
-                assert file is not None, f"{path.relative_to(ROOT)} imports {target}, which is no file"
-                found.add(file)
-    found.discard(path)
-    return found
 
 
 def engine_graph() -> dict[Path, set[Path]]:
-    return {path: imported_files(path) for path in sorted(ENGINE.rglob("*.py"))}
+    """Each engine file to the engine files it imports (``tests/import_graph.py``'s scan)."""
+    return {
+        path: {file for file in imported_files(path) if file.is_relative_to(ENGINE)}
+        for path in sorted(ENGINE.rglob("*.py"))
+    }
 
 
-def find_cycle(graph: dict[Path, set[Path]]) -> list[Path] | None:
-    """A cycle of ``graph`` as the files around it (the first repeated at the end), or None."""
-    state: dict[Path, str] = {}
-    stack: list[Path] = []
-
-    def visit(node: Path) -> list[Path] | None:
-        state[node], _ = "open", stack.append(node)
-        for nxt in sorted(graph.get(node, ())):
-            if state.get(nxt) == "open":
-                return stack[stack.index(nxt) :] + [nxt]
-            if nxt not in state and (cycle := visit(nxt)):
-                return cycle
-        state[node], _ = "done", stack.pop()
-        return None
-
-    for node in sorted(graph):
-        if node not in state and (cycle := visit(node)):
-            return cycle
-    return None
+def allowed_parts(package: str) -> set[str]:
+    """The engine's parts (``record``, ``loop``, ``task.py``) that ``package``'s docstring rule allows."""
+    return {part(module_file(name)) for name in rule_of(ENGINE / package) if name.startswith("src.engine.")}
 
 
 def shown(files: list[Path]) -> str:
@@ -127,20 +63,29 @@ def test_no_circle_of_files_in_the_engine():
     assert cycle is None, f"a circle of imports in src/engine: {shown(cycle)}"
 
 
-@pytest.mark.parametrize("package", sorted(ALLOWED))
+#: what each part of the engine may import of the engine, as its docstring's ``May import:`` must say
+ENGINE_RULES = {
+    "record": {"record", "distributed.py"},
+    "loop": {"loop", "record", "distributed.py", "task.py"},
+}
+
+
+@pytest.mark.parametrize("package", sorted(ENGINE_RULES))
 def test_each_package_imports_only_what_its_docstring_allows(package):
     """``record`` imports nothing of ``loop``; ``loop`` imports ``record``, the processes and the
-    task contract, never the pipeline that composes it. Each package's docstring says so."""
-    docstring = ast.get_docstring(ast.parse((ENGINE / package / "__init__.py").read_text()))
-    assert docstring and "import" in docstring
+    task contract, never the pipeline that composes it. Each package's docstring says so, and the
+    files keep it (``tests/test_layering.py`` holds every file to its package's rule)."""
+    assert allowed_parts(package) == ENGINE_RULES[package]
     wrong = [
         f"{source.relative_to(ENGINE)} imports {target.relative_to(ENGINE)}"
         for source, targets in engine_graph().items()
         if part(source) == package
         for target in sorted(targets)
-        if part(target) not in ALLOWED[package]
+        if part(target) not in ENGINE_RULES[package]
     ]
-    assert not wrong, f"src/engine/{package} may import only {sorted(ALLOWED[package])}: " + "; ".join(wrong)
+    assert not wrong, f"src/engine/{package} may import only {sorted(ENGINE_RULES[package])}: " + "; ".join(
+        wrong
+    )
 
 
 def test_the_task_contract_imports_neither_the_loop_nor_the_pipeline():

@@ -15,10 +15,10 @@ from conftest import CONF, QUIET
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from launch.cluster import slurm_time
 from launch.cluster.slurm_launcher import OneLineSubmissionErrors, attempts_line
-from launch.cluster.slurm_time import MIN_TIMEOUTS, SLACK, attempt_min, parse_slurm_time
+from src import slurm_time
 from src.errors import ConfigError
+from src.slurm_time import MIN_TIMEOUTS, SLACK, attempt_min, parse_slurm_time
 
 
 def slurm_config(overrides: list[str], tmp_path: Path):

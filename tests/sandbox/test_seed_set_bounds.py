@@ -1,7 +1,7 @@
 """Seed sets read only as far as they can be bounded (issue 39, item 4 and item 7): a torn or
 wrongly shaped ``curves.json``, a FIFO or ``/dev/zero`` in its place, a damaged ``memory.json``:
 ``launch.analysis.report`` lists the file with its reason and goes on with the other sets;
-``src.sandbox.success`` and ``src.sandbox.join`` end in one ``error:`` line, exit 2, nothing
+``launch.analysis.seed_sets`` and ``src.sandbox.join`` end in one ``error:`` line, exit 2, nothing
 written."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from conftest import report_in_a_bounded_process
 
-from launch.analysis import report
-from src.sandbox import join, success
+from launch.analysis import report, seed_sets
+from src.sandbox import join
 from src.sandbox.curves import Curves
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -124,14 +124,14 @@ def test_a_damaged_memory_json_is_listed_and_the_report_goes_on(tmp_path, conten
     assert f"- `{tmp_path / 'memory' / 'memory.json'}`: " in text and reason in text
 
 
-# -- src.sandbox.success and src.sandbox.join -------------------------------------------------------
+# -- launch.analysis.seed_sets and src.sandbox.join -------------------------------------------------------
 
 
 def test_success_on_a_torn_curves_json_is_one_line(tmp_path, capsys):
-    """`src.sandbox.success` on a torn `curves.json` (a traceback): one `error:` line, exit 2."""
+    """`launch.analysis.seed_sets` on a torn `curves.json` (a traceback): one `error:` line, exit 2."""
     good_sets(tmp_path)
     tear(tmp_path / "cond_init" / "curves.json")
-    assert success.main([str(tmp_path / "standard"), str(tmp_path / "cond_init")]) == 2
+    assert seed_sets.main([str(tmp_path / "standard"), str(tmp_path / "cond_init")]) == 2
     out, err = capsys.readouterr()
     assert out == ""
     (line,) = err.splitlines()
@@ -142,7 +142,7 @@ def test_success_on_a_torn_curves_json_is_one_line(tmp_path, capsys):
 def test_success_on_a_wrongly_shaped_curves_json_is_one_line(tmp_path, capsys, shape):
     change, reason = WRONG_SHAPES[shape]
     path = shaped(tmp_path / "odd", change)
-    assert success.main([str(path.parent)]) == 2
+    assert seed_sets.main([str(path.parent)]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err == f"error: {path} is not a seed set's curves.json ({reason}): move it aside\n"
 

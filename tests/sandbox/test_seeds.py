@@ -12,13 +12,13 @@ from conftest import compose
 from omegaconf import OmegaConf
 from scipy.stats import binomtest
 
+from launch.analysis.seed_sets import P5_SAYS, compare
 from src.engine import train
 from src.engine.record import checkpoint
 from src.engine.record.files import read_metrics
 from src.errors import ConfigError
 from src.sandbox.curves import Curves, first_success, seed_table, success_by_epoch
 from src.sandbox.seeds import parse_seeds, train_seeds
-from src.sandbox.success import P5_SAYS, compare
 
 SMALL = [
     "task=modadd",
@@ -33,9 +33,20 @@ SMALL = [
 ]
 
 
+def discounted(r: float) -> list[str]:
+    """The overrides that give modadd P5's feed-forward discount ``r``, by the hook that
+    experiment=paper/p5_mlp_lr names."""
+    hook = "src.sandbox.param_groups.mlp_lr_discount"
+    return [
+        f"+optim.param_groups._target_={hook}",
+        "+optim.param_groups._partial_=true",
+        f"+optim.mlp_lr_discount={r}",
+    ]
+
+
 @pytest.mark.parametrize(
     "model",
-    [["attn=precond", "optim.mlp_lr_discount=10"], ["backbone=sandbox_multihead", "attn=spectral"]],
+    [["attn=precond", *discounted(10)], ["backbone=sandbox_multihead", "attn=spectral"]],
     ids=["sandbox", "multihead"],
 )
 def test_a_seed_trained_with_others_ends_on_its_own_runs_weights(tmp_path, model):
@@ -173,14 +184,10 @@ def test_the_feed_forward_discount_divides_its_learning_rate_and_keeps_timms_wei
     biases and other 1-D parameters without weight decay, as timm's own groups; stacked names too."""
     from hydra.utils import instantiate
 
-    from src.engine.loop.optim import build_optimizer, is_feed_forward
+    from src.engine.loop.optim import build_optimizer
+    from src.sandbox.param_groups import is_feed_forward
 
-    overrides = [
-        "task=modadd",
-        "backbone=sandbox_multihead",
-        "optim.mlp_lr_discount=4",
-        "optim.weight_decay=0.1",
-    ]
+    overrides = ["task=modadd", "backbone=sandbox_multihead", *discounted(4), "optim.weight_decay=0.1"]
     cfg = compose(overrides, tmp_path)
     model = instantiate(cfg.backbone.model)
     optimizer = build_optimizer(cfg.optim, model)
@@ -192,7 +199,12 @@ def test_the_feed_forward_discount_divides_its_learning_rate_and_keeps_timms_wei
     assert sum(".mlp." in n for n, _ in model.named_parameters()) > 0
     assert is_feed_forward("blocks__0__mlp__fc1__weight") and not is_feed_forward("mlp_gate")
     with pytest.raises(ConfigError, match="mlp_lr_discount=0"):
-        build_optimizer(compose(["task=modadd", "optim.mlp_lr_discount=0"], tmp_path).optim, model)
+        build_optimizer(compose(["task=modadd", *discounted(0)], tmp_path).optim, model)
+    no_discount = build_optimizer(compose(["experiment=paper/p5_mlp_lr"], tmp_path).optim, model)
+    timms = build_optimizer(compose(["experiment=paper/p5"], tmp_path).optim, model)
+    assert [(g["lr"], len(g["params"])) for g in no_discount.param_groups] == [
+        (g["lr"], len(g["params"])) for g in timms.param_groups
+    ]  # the hook without a discount: timm's own groups
 
 
 def test_a_sweep_trains_one_set_per_cell_and_the_report_draws_the_grid(tmp_path, capsys):
@@ -325,7 +337,7 @@ def test_a_common_budget_cuts_the_probes_with_the_epochs_and_older_sets_still_lo
 
 def test_p5s_own_criterion_counts_only_the_seeds_at_100_percent(tmp_path, capsys):
     """--threshold 1.0 (P5's code): a seed that plateaus at 97% learned at 95%, not at 100%."""
-    from src.sandbox.success import main
+    from launch.analysis.seed_sets import main
 
     curves = curves_learning_at([5, 8, None])
     curves.acc[1] = [min(a, 0.97) for a in curves.acc[1]]
@@ -341,7 +353,7 @@ def test_p5s_own_criterion_counts_only_the_seeds_at_100_percent(tmp_path, capsys
 def test_the_report_draws_the_clustering_heads_only_for_sets_with_probes():
     from pathlib import Path
 
-    from src.sandbox.success import report_section
+    from launch.analysis.seed_sets import report_section
 
     plain = curves_learning_at([5, None])
     probed = curves_learning_at([5, None])

@@ -1,4 +1,4 @@
-"""``python -m src.sample RUN``: text from a language-model run, read as ``python -m src.eval``
+"""``python -m tasks.lm.sample RUN``: text from a language-model run, read as ``python -m src.eval``
 reads it; seeded draws repeat, greedy decoding is the argmax, lengths are as asked, and a run of
 another task is refused in one line."""
 
@@ -17,8 +17,8 @@ from conftest import ROOT, compose, main_in_process, one_error_line
 from torch import nn
 
 from src.engine import train
-from src.sample import SEPARATOR, generate, load
-from src.sample import main as sample_main
+from tasks.lm.sample import SEPARATOR, generate, load
+from tasks.lm.sample import main as sample_main
 
 LM = [
     "task=lm_char",
@@ -38,12 +38,12 @@ def lm_run(tmp_path_factory) -> Path:
 
 
 def sample(capsys, *args) -> tuple[int, str, str]:
-    """(exit status, stdout, stderr) of ``python -m src.sample <args>`` in this process."""
+    """(exit status, stdout, stderr) of ``python -m tasks.lm.sample <args>`` in this process."""
     return main_in_process(sample_main, capsys, *args)
 
 
 def sample_cli(capsys, *args) -> tuple[int, list[str], str]:
-    """(exit status, the samples printed, stderr) of ``python -m src.sample <args>`` in this process."""
+    """(exit status, the samples printed, stderr) of ``python -m tasks.lm.sample <args>`` in this process."""
     code, out, err = sample(capsys, *args)
     return code, out.split(f"\n{SEPARATOR}\n")[:-1], err
 
@@ -117,7 +117,7 @@ def test_a_checkpoint_file_samples_as_its_run_does(lm_run, tmp_path, capsys):
 
 
 def test_max_new_tokens_has_a_ceiling(tmp_path, capsys):
-    """src.sample --max-new-tokens 99999999999999999999 ran for ever: now one line, exit 2, before
+    """tasks.lm.sample --max-new-tokens 99999999999999999999 ran for ever: now one line, exit 2, before
     any run folder is read (here there is none); so does --num-samples beyond its own."""
     code, out, err = sample(capsys, tmp_path / "no-run", "--max-new-tokens", "99999999999999999999")
     assert code == 2 and out == "" and "is more than the 100,000 one command draws" in one_error_line(err)
@@ -126,7 +126,7 @@ def test_max_new_tokens_has_a_ceiling(tmp_path, capsys):
 
 
 def test_a_nan_temperature_is_one_line_and_a_tiny_one_is_the_argmax(lm_run, capsys):
-    """src.sample --temperature nan or 1e-300 were tracebacks: nan (and inf) are now one line and
+    """tasks.lm.sample --temperature nan or 1e-300 were tracebacks: nan (and inf) are now one line and
     exit 2; 1e-300 draws the limit it tends to, the greedy text, whatever the seed."""
     for bad in ("nan", "inf", "-1"):
         code, out, err = sample(capsys, lm_run, "--temperature", bad)
@@ -147,14 +147,14 @@ def test_a_start_that_is_not_utf8_is_one_line(lm_run, capsys):
     assert code == 2 and out == "" and "--start holds bytes that are not UTF-8" in one_error_line(err)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     done = subprocess.run(
-        [sys.executable, "-m", "src.sample", str(lm_run), "--start", b"caf\xff"],
+        [sys.executable, "-m", "tasks.lm.sample", str(lm_run), "--start", b"caf\xff"],
         cwd=ROOT, env=env, capture_output=True, timeout=120,
     )  # fmt: skip
     assert done.returncode == 2 and b"not UTF-8" in done.stderr and done.stdout == b""
 
 
 def test_samples_stream_and_a_signal_keeps_what_was_drawn(lm_run):
-    """src.sample printed nothing until the end and lost everything on SIGTERM: its text now comes
+    """tasks.lm.sample printed nothing until the end and lost everything on SIGTERM: its text now comes
     as it is drawn, and SIGTERM ends it with that text printed, one line and status 143."""
     import select
     import signal
@@ -162,7 +162,7 @@ def test_samples_stream_and_a_signal_keeps_what_was_drawn(lm_run):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     args = [str(lm_run), "--start", "The ", "--max-new-tokens", "100000", "--temperature", "1.0"]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "src.sample", *args],
+        [sys.executable, "-m", "tasks.lm.sample", *args],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
     try:
@@ -195,7 +195,7 @@ def test_streamed_text_is_the_text_decoded_at_once():
     import io
     import random
 
-    from src.sample import Printer
+    from tasks.lm.sample import Printer
     from tasks.lm.tokenizer import ByteTokenizer
 
     rng = random.Random(0)

@@ -1,4 +1,4 @@
-"""Sample text from a language-model run: ``python -m src.sample <run_dir|file.pt>
+"""Sample text from a language-model run: ``python -m tasks.lm.sample <run_dir|file.pt>
 [--start TEXT|FILE:path] [--num-samples N] [--max-new-tokens N] [--temperature T] [--top-k K]
 [--seed S] [--checkpoint best|last] [key=value …]`` (after nanoGPT's ``sample.py``).
 
@@ -66,11 +66,11 @@ class Parser(argparse.ArgumentParser):
     """argparse whose usage errors are one :class:`ConfigError` (one line, exit status 2)."""
 
     def error(self, message: str):  # type: ignore[override]
-        raise ConfigError(f"{message} (python -m src.sample --help)")
+        raise ConfigError(f"{message} (python -m tasks.lm.sample --help)")
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = Parser(prog="python -m src.sample", description="Sample text from a language-model run.")
+    parser = Parser(prog="python -m tasks.lm.sample", description="Sample text from a language-model run.")
     parser.add_argument(
         "run_dir", type=Path, help="the run folder of a language-model run, or a checkpoint file"
     )
@@ -150,7 +150,7 @@ def load(run_dir: Path, which: str = "best", overrides: list[str] | None = None)
     task_class = get_class(cfg.task._target_)  # a suite class: load_config checked every _target_
     if not issubclass(task_class, LanguageModelling):
         raise ConfigError(
-            f"{run_dir} is a run of task {cfg.task.name}, not a language model: python -m src.sample "
+            f"{run_dir} is a run of task {cfg.task.name}, not a language model: python -m tasks.lm.sample "
             "samples runs of lm_char, lm_tinystories, lm_wikitext103"
         )
     if run_dir.is_file():

@@ -1,4 +1,4 @@
-"""Seed sets side by side: ``python -m src.sandbox.success DIR [DIR …] [--baseline DIR] [--out FIG]``.
+"""Seed sets side by side: ``python -m launch.analysis.seed_sets DIR [DIR …] [--baseline DIR] [--out FIG]``.
 
 Each ``DIR`` holds a ``curves.json`` written by ``python -m src.sandbox.seeds`` (the test
 accuracy of every seed after every epoch). For each set, one row:
@@ -17,7 +17,7 @@ accuracy of every seed after every epoch). For each set, one row:
   *inconclusive*, raw and after Holm over the sets compared (the same rule as every verdict,
   docs/methods.md#verdicts).
 
-The figure (``--out``) draws each set's success-by-epoch curve (:func:`.seeds.draw_success`).
+The figure (``--out``) draws each set's success-by-epoch curve (:func:`src.sandbox.curves.draw_success`).
 """
 
 from __future__ import annotations
@@ -34,8 +34,7 @@ from scipy.stats import binomtest
 from launch.analysis.stats import SHARE_MARGIN, holm, share_tests, three_way
 from launch.analysis.time_to_quality import Median, km_median
 from src.errors import ConfigError
-
-from .curves import SUCCESS, Curves, draw_clustering, draw_success, first_success
+from src.sandbox.curves import SUCCESS, Curves, draw_clustering, draw_success, first_success
 
 
 @dataclass(frozen=True)
@@ -350,7 +349,7 @@ def report_section(
         f"by seed with the backbone's `standard` set: *learned* is the share at ≥ {SUCCESS:.0%} test "
         "accuracy by the last epoch [exact 95% interval], *epochs to learn* the Kaplan–Meier median with "
         "the never-learners censored, then the seeds that learned first in each set, the exact sign "
-        "test and its verdict, raw and after Holm over the group (src/sandbox/success.py).",
+        "test and its verdict, raw and after Holm over the group (launch/analysis/seed_sets.py).",
     ]
     pngs: dict[str, bytes] = {}
     for backbone, group in groups.items():
@@ -415,7 +414,7 @@ def backbone_section(backbone: str, sets: list[tuple[Path, Curves]]) -> tuple[li
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m src.sandbox.success", description=__doc__.split("\n\n")[0]
+        prog="python -m launch.analysis.seed_sets", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument(
         "folders", nargs="+", type=Path, help="folders with a curves.json (src.sandbox.seeds)"
