@@ -43,6 +43,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from src.engine.record import atomic
 from src.engine.record.bounded import limit_of, open_file
 from src.engine.record.files import RecordError, write_failure
 from src.engine.record.lock import OutputLock, RunFolderBusy
@@ -327,7 +328,8 @@ def exports(rows: list[dict[str, Any]]) -> dict[str, bytes]:
 
 def write_files(out: Path, files: dict[str, bytes]) -> list[Path]:
     """Write ``files`` (name: content) into ``out``, all of them whole or none: each to a temporary
-    file beside its place, then, once every one is written, each renamed into place. A
+    file beside its place (:func:`atomic.temporary_name`) and fsynced, then, once every one is
+    written, each renamed into place and the folder fsynced. A
     :class:`RecordError` (``cannot write <path> (<reason>; N MB free on its disk)``) when ``out``
     cannot be made or a file cannot be written; the files already there are then left as they were
     (only a rename failing midway, the folder vanishing under it, would leave some renamed)."""
@@ -344,7 +346,7 @@ def write_files(out: Path, files: dict[str, bytes]) -> list[Path]:
     try:
         for name, content in files.items():
             path = out / name
-            tmp = path.with_name(f".{path.name}.tmp")
+            tmp = atomic.temporary_name(path)
             written.append((tmp, path))
             write_synced(tmp, content, path)
         for _, path in written:
@@ -354,6 +356,7 @@ def write_files(out: Path, files: dict[str, bytes]) -> list[Path]:
                 )
         for tmp, path in written:
             replace(tmp, path)
+        atomic.fsync_folder(out)  # the renames made durable
     finally:
         for tmp, _ in written:
             tmp.unlink(missing_ok=True)
