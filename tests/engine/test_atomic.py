@@ -4,6 +4,7 @@ leave one whole content."""
 
 from __future__ import annotations
 
+import errno
 import multiprocessing
 import os
 from pathlib import Path
@@ -120,3 +121,44 @@ def test_two_processes_writing_one_path_leave_one_whole_content(tmp_path):
     assert len(data) == 200_000 and len(set(data)) == 1 and data[0] in (1, 2)
     assert seen <= {(200_000, frozenset({1})), (200_000, frozenset({2}))}  # never torn, never mixed
     assert sorted(p.name for p in tmp_path.iterdir()) == ["shared.bin"]
+
+
+def test_files_written_together_are_all_on_disk_before_any_is_renamed(tmp_path, monkeypatch):
+    events: list[str] = []
+    fsync, replace = os.fsync, os.replace
+    monkeypatch.setattr(os, "fsync", lambda fd: (events.append("fsync"), fsync(fd))[1])
+    monkeypatch.setattr(
+        os, "replace", lambda src, dst: (events.append(f"rename {Path(dst).name}"), replace(src, dst))[1]
+    )
+    atomic.write_together({tmp_path / "report.md": b"# report\n", tmp_path / "results.json": b"[]\n"})
+    assert events == ["fsync", "fsync", "rename report.md", "rename results.json", "fsync"]  # the folder last
+    assert (tmp_path / "report.md").read_bytes() == b"# report\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.md", "results.json"]
+
+
+def test_a_failure_writing_one_of_files_together_changes_none_and_names_its_target(tmp_path, monkeypatch):
+    old = {tmp_path / "report.md": b"old report\n", tmp_path / "results.json": b"[1]\n"}
+    for path, data in old.items():
+        path.write_bytes(data)
+    fsync, calls = os.fsync, []
+
+    def second_fails(fd: int) -> None:
+        calls.append(fd)
+        if len(calls) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", second_fails)
+    with pytest.raises(OSError, match="No space left on device") as failed:
+        atomic.write_together({path: b"new" for path in old})
+    assert failed.value.errno == errno.ENOSPC and failed.value.filename == str(tmp_path / "results.json")
+    assert {path: path.read_bytes() for path in old} == old
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.md", "results.json"]
+
+
+def test_a_folder_where_a_file_goes_is_refused_before_anything_is_written(tmp_path):
+    (tmp_path / "results.json").mkdir()
+    with pytest.raises(IsADirectoryError) as refused:
+        atomic.write_together({tmp_path / "report.md": b"new", tmp_path / "results.json": b"[]"})
+    assert refused.value.filename == str(tmp_path / "results.json")
+    assert [p.name for p in tmp_path.iterdir()] == ["results.json"]

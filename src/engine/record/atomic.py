@@ -9,16 +9,19 @@ holding zeros) and the folder after (else the rename itself can be lost); on any
 temporary file is removed and the target is left as it was.
 
 :func:`write_text` and :func:`write_bytes` for content in memory; :func:`writing` for a writer
-that streams into a handle (``torch.save``, a token cache). Appended logs (``metrics.jsonl``) are
+that streams into a handle (``torch.save``, a token cache); :func:`write_together` for a set of
+files that must change together (a report's files: all of them on disk before any is renamed).
+Appended logs (``metrics.jsonl``) are
 not written this way: they grow a line at a time and their reader drops a torn last line.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import secrets
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import BinaryIO
 
@@ -41,8 +44,7 @@ def writing(path: Path, before_replace: Callable[[], None] | None = None) -> Ite
     try:
         with open(tmp, "xb") as handle:
             yield handle
-            handle.flush()
-            os.fsync(handle.fileno())
+            synced(handle)
         if before_replace is not None:
             before_replace()
         os.replace(tmp, path)
@@ -61,6 +63,46 @@ def write_bytes(path: Path, data: bytes) -> None:
 def write_text(path: Path, text: str, encoding: str = "utf-8") -> None:
     """``text`` put at ``path`` whole, encoded (no newline translation: ``\\n`` stays ``\\n``)."""
     write_bytes(path, text.encode(encoding))
+
+
+def write_together(files: Mapping[Path, bytes]) -> None:
+    """Every file of ``files`` whole, or (an error before the renames) none of them changed: each
+    written and fsynced under its temporary name, then, all of them on disk, each renamed into
+    place and their folders fsynced. A target that is a folder is refused before anything is
+    written. An :class:`OSError` names the target it concerns (its ``filename``), never the
+    temporary file; only a rename failing midway (the folder vanishing) leaves some renamed."""
+    staged = [(temporary_name(Path(path)), Path(path)) for path in files]
+    for _, path in staged:
+        if path.is_dir():  # the one rename that would fail for sure: before any is written
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+    try:
+        for (tmp, path), data in zip(staged, files.values(), strict=True):
+            with naming(path), open(tmp, "xb") as handle:
+                handle.write(data)
+                synced(handle)
+        for tmp, path in staged:
+            with naming(path):
+                os.replace(tmp, path)
+    finally:
+        for tmp, _ in staged:
+            tmp.unlink(missing_ok=True)
+    for folder in {path.parent for _, path in staged}:
+        fsync_folder(folder)
+
+
+def synced(handle: BinaryIO) -> None:
+    """What was written to ``handle`` flushed and on its disk (before a rename may show it)."""
+    handle.flush()
+    os.fsync(handle.fileno())
+
+
+@contextlib.contextmanager
+def naming(path: Path) -> Iterator[None]:
+    """An :class:`OSError` of the block raised again naming ``path`` (same errno and subclass)."""
+    try:
+        yield
+    except OSError as error:
+        raise OSError(error.errno, error.strerror or str(error), str(path)) from error
 
 
 def fsync_folder(folder: Path) -> None:
