@@ -34,15 +34,14 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
-import errno
 import io
 import json
-import os
 import statistics
 import sys
 from pathlib import Path
 from typing import Any
 
+from src.engine.record import atomic
 from src.engine.record.bounded import limit_of, open_file
 from src.engine.record.files import RecordError, write_failure
 from src.engine.record.lock import OutputLock, RunFolderBusy
@@ -326,8 +325,9 @@ def exports(rows: list[dict[str, Any]]) -> dict[str, bytes]:
 
 
 def write_files(out: Path, files: dict[str, bytes]) -> list[Path]:
-    """Write ``files`` (name: content) into ``out``, all of them whole or none: each to a temporary
-    file beside its place, then, once every one is written, each renamed into place. A
+    """Write ``files`` (name: content) into ``out``, all of them whole or none
+    (:func:`atomic.write_together`: each to a temporary file beside its place, fsynced, then, once
+    every one is written, each renamed into place and the folder fsynced). A
     :class:`RecordError` (``cannot write <path> (<reason>; N MB free on its disk)``) when ``out``
     cannot be made or a file cannot be written; the files already there are then left as they were
     (only a rename failing midway, the folder vanishing under it, would leave some renamed)."""
@@ -335,49 +335,19 @@ def write_files(out: Path, files: dict[str, bytes]) -> list[Path]:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise RecordError(write_failure(out, error)) from error
-    written: list[tuple[Path, Path]] = []
     lock = OutputLock(out, "python -m launch.analysis.report")  # two reports into one --out: the second is
     try:  # refused, never a folder of both reports' files (or a file torn between them)
         lock.acquire()
     except RunFolderBusy as busy:
         raise RecordError(str(busy)) from None
+    paths = {out / name: content for name, content in files.items()}
     try:
-        for name, content in files.items():
-            path = out / name
-            tmp = path.with_name(f".{path.name}.tmp")
-            written.append((tmp, path))
-            write_synced(tmp, content, path)
-        for _, path in written:
-            if path.is_dir():  # the one rename that would fail for sure: before any is done
-                raise RecordError(
-                    write_failure(path, IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR)))
-                )
-        for tmp, path in written:
-            replace(tmp, path)
+        atomic.write_together(paths)
+    except OSError as error:  # it names the file it was writing
+        raise RecordError(write_failure(Path(error.filename or out), error)) from error
     finally:
-        for tmp, _ in written:
-            tmp.unlink(missing_ok=True)
         lock.release()
-    return [path for _, path in written]
-
-
-def replace(tmp: Path, path: Path) -> None:
-    """Rename ``tmp`` to ``path``; a :class:`RecordError` naming ``path`` if not (a folder by its name)."""
-    try:
-        os.replace(tmp, path)
-    except OSError as error:
-        raise RecordError(write_failure(path, error)) from error
-
-
-def write_synced(tmp: Path, content: bytes, path: Path) -> None:
-    """``content`` into ``tmp``, flushed to its disk; a :class:`RecordError` naming ``path`` if not."""
-    try:
-        with open(tmp, "wb") as f:
-            f.write(content)
-            f.flush()
-            os.fsync(f.fileno())
-    except OSError as error:
-        raise RecordError(write_failure(path, error)) from error
+    return list(paths)
 
 
 def read_exports_csv(path: Path) -> list[dict[str, Any]]:

@@ -34,13 +34,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from src.engine.record import atomic
 from src.engine.record.bounded import RefusedFile, read_bytes
 from src.errors import SuiteError
 
@@ -292,10 +292,7 @@ def load_state(root: Path) -> dict | None:
 
 def save_state(root: Path, state: dict) -> None:
     """Atomically: a kill mid-write leaves the previous state."""
-    path = root / STATE
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(state, indent=1) + "\n")
-    os.replace(tmp, path)
+    atomic.write_text(root / STATE, json.dumps(state, indent=1) + "\n")
 
 
 def read_plan(root: Path) -> tuple[Plan, dict[str, stats.Levels]] | None:

@@ -61,6 +61,7 @@ from launch.tools.mmcv_target import (  # noqa: F401  (the cache's lookups, re-e
     record_path,
     wheel_fits,
 )
+from src.engine.record import atomic
 
 BUILD_REQUIREMENTS = ["setuptools>=77.0.3,<81", "wheel", "ninja", "psutil"]
 #: Lines of mmcv 2.1.0's ``setup.py`` that the patch must find (as C++17, or already as C++20).
@@ -196,7 +197,7 @@ def store(wheel: Path, cache: Path, torch: str, target: Build, progress: Progres
     target_path = folder / wheel.name
     shutil.move(str(wheel), target_path)
     record = {"torch": torch, "cxx20": needs_cxx20(torch), **target.key}
-    record_path(target_path).write_text(json.dumps(record) + "\n")
+    atomic.write_text(record_path(target_path), json.dumps(record) + "\n")
     return target_path
 
 

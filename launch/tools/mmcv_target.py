@@ -31,6 +31,8 @@ from packaging.tags import Tag, sys_tags
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
+from src.engine.record import atomic
+
 MMCV = Version("2.1.0")
 
 #: ``TORCH_CUDA_ARCH_LIST`` when no GPU is visible, by the torch build's CUDA major. **[reading]**
@@ -285,5 +287,5 @@ def adopt(wheel: Path, cache: Path, target: Build) -> Path:
         os.link(wheel, copy)
     except OSError:
         shutil.copy2(wheel, copy)
-    record_path(copy).write_text(json.dumps({**target.key, **read_record(wheel)}) + "\n")
+    atomic.write_text(record_path(copy), json.dumps({**target.key, **read_record(wheel)}) + "\n")
     return copy

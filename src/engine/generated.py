@@ -31,16 +31,16 @@ multirun thus wait for one of them, then read what it made.
 marker: each file's size, row count (lines of a text file, items of a token array) and SHA-256, and
 for a file too large to re-hash at every use the BLAKE2 digest of each of its 1 MiB blocks; and the
 ``hash`` of all of that, the data's content hash. Every file is fsynced before the manifest, and the
-manifest before the marker, each written under a temporary name, fsynced and renamed (and the folder
-fsynced): after a crash the marker is never there without its data. A file written through
-:func:`hashed_output` (the token caches, which can be GBs) is hashed as it is written, never read
-back. Each use checks the files against the manifest (:func:`check_files`, at most once per process
-while their inode, size and times stay the same): a file up to :data:`FULL_CHECK_BYTES` is hashed
-whole, a larger one in :data:`SAMPLED_BLOCKS` blocks drawn at random (the first and last
-included) unless ``VERIFY_DATA=full`` is set. A file that differs (a zero-filled token cache at
-its own size, a TSV cut to 10 of its 40 rows) is damaged: the data is generated again, with a
-warning naming the file, as for any other damage. A marker without a manifest (data made before
-manifests existed) is generated again once, to record one.
+manifest before the marker, each written whole (:mod:`src.engine.record.atomic`: a temporary name,
+fsynced, renamed, the folder fsynced): after a crash the marker is never there without its data.
+A file written through :func:`hashed_output` (the token caches, which can be GBs) is hashed as it
+is written, never read back. Each use checks the files against the manifest (:func:`check_files`,
+at most once per process while their inode, size and times stay the same): a file up to
+:data:`FULL_CHECK_BYTES` is hashed whole, a larger one in :data:`SAMPLED_BLOCKS` blocks drawn at
+random (the first and last included) unless ``VERIFY_DATA=full`` is set. A file that differs (a
+zero-filled token cache at its own size, a TSV cut to 10 of its 40 rows) is damaged: the data is
+generated again, with a warning naming the file, as for any other damage. A marker without a
+manifest (data made before manifests existed) is generated again once, to record one.
 
 **The content hash is part of the run's identity.** :func:`reading` collects, for every
 artefact handed out in its block, ``{artefact: content hash}`` (the artefact named by its marker's
@@ -74,6 +74,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from src.engine.record import atomic
 from src.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -88,28 +89,6 @@ def file_lock(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def write_durable(path: Path, text: str) -> None:
-    """``text`` written to ``path`` under a temporary name, fsynced, renamed into place, and the
-    folder fsynced: after a crash ``path`` holds the old content or all of the new, never zeros."""
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    tmp.replace(path)
-    fsync_folder(path.parent)
-
-
-def fsync_folder(folder: Path) -> None:
-    """The folder's entries (a rename into it) made durable; a no-op where the system refuses."""
-    with contextlib.suppress(OSError):
-        handle = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(handle)
-        finally:
-            os.close(handle)
 
 
 def ensure_generated(
@@ -187,8 +166,8 @@ def ensure_generated(
         log.info(line)
         note.say(line)
         saved = {**wanted, **facts}
-        write_durable(manifest_path(marker), json.dumps(manifest, indent=1))
-        write_durable(marker, json.dumps(saved, indent=1))
+        atomic.write_text(manifest_path(marker), json.dumps(manifest, indent=1))
+        atomic.write_text(marker, json.dumps(saved, indent=1))
         _VERIFIED[_key(marker)] = (_signature(marker, manifest), manifest["hash"])
         note.add(Artefact(what, marker, "built", owned, seconds))
         _note_read(marker, manifest["hash"])
@@ -341,19 +320,10 @@ def hashed_output(path: Path, itemsize: int | None = None) -> Iterator[HashedFil
     temporary name, fsynced, then renamed into place (a crash leaves no half-file under ``path``).
     Inside a generation (:func:`ensure_generated`'s ``generate``) the manifest takes this digest
     instead of reading the file back; ``itemsize``: the bytes of one row (a token array's item)."""
-    partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
     out = HashedFile(None, Digest(text=path.suffix in TEXT_SUFFIXES, itemsize=itemsize))
-    try:
-        with open(partial, "wb") as handle:
-            out.handle = handle
-            yield out
-            handle.flush()
-            os.fsync(handle.fileno())
-        partial.replace(path)
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
-    fsync_folder(path.parent)
+    with atomic.writing(path) as handle:
+        out.handle = handle
+        yield out
     written = _WRITTEN.get()
     if written is not None:
         stat = path.stat()
@@ -399,7 +369,7 @@ def make_manifest(marker: Path, owned: Iterable[Path], written: Mapping[Path, di
         files[_name(marker, path)] = entry
         folders.add(path.parent)
     for folder in folders:
-        fsync_folder(folder)
+        atomic.fsync_folder(folder)
     return {"files": files, "hash": _content_hash(files)}
 
 

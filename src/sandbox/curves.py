@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
+from src.engine.record import atomic
 from src.errors import ConfigError, SuiteError
 
 
@@ -50,10 +51,7 @@ class Curves:
         return self.attn.get("variant") or (given[-1] if given else "standard")
 
     def save(self, path: Path) -> None:
-        path = Path(path)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(self)))
-        tmp.replace(path)
+        atomic.write_text(Path(path), json.dumps(asdict(self)))
 
     def truncated(self, epochs: int) -> Curves:
         """The same seeds read only to ``epochs`` (a common budget for sets trained longer)."""

@@ -29,6 +29,8 @@ from typing import Any
 
 import matplotlib
 
+from src.engine.record import atomic
+
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
@@ -328,8 +330,7 @@ def render_frame(
             fig.suptitle(f"{title}   step {snap.step}")
             fig.subplots_adjust(left=0.05, right=0.99, bottom=0.1, top=0.93, wspace=0.35, hspace=0.8)
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name("." + path.name)
-            fig.savefig(tmp, dpi=dpi)
-            tmp.replace(path)
+            with atomic.writing(path) as handle:
+                fig.savefig(handle, dpi=dpi, format=path.suffix.lstrip(".") or None)
         finally:
             plt.close(fig)

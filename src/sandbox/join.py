@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from src.engine.record import atomic
 from src.engine.record.lock import OutputLock, RunFolderBusy
 from src.errors import ConfigError
 
@@ -90,7 +91,7 @@ def write_joined(out: Path, parts: list[Path]) -> int:
     curves = join([Curves.load(p / "curves.json") for p in parts])
     out.mkdir(parents=True, exist_ok=True)
     curves.save(out / "curves.json")
-    (out / "seeds.json").write_text(json.dumps(seed_table(curves), indent=1))
+    atomic.write_text(out / "seeds.json", json.dumps(seed_table(curves), indent=1))
     draw_success({" ".join(curves.overrides) or "default": curves}, out / "success.png")
     print(f"{len(curves.seeds)} seeds from {len(parts)} sets: {out}")
     return 0

@@ -45,6 +45,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from src.engine.record import atomic
 from src.engine.record.lock import OutputLock, RunFolderBusy
 from src.errors import ConfigError
 
@@ -284,7 +285,7 @@ def measure(args: argparse.Namespace, seeds: list[int], lrs: list[float]) -> int
         args.out.mkdir(parents=True, exist_ok=True)
         record = {"args": vars(args) | {"out": str(args.out)}, "statistics": [asdict(s) for s in found]}
         record["trajectories"] = [asdict(t) for t in trajectories]
-        (args.out / "memory.json").write_text(json.dumps(record))
+        atomic.write_text(args.out / "memory.json", json.dumps(record))
         draw(trajectories, args.out / "memory.png")
         print(f"written: {args.out / 'memory.json'}, {args.out / 'memory.png'}")
     return 0

@@ -14,6 +14,8 @@ from typing import Any
 
 from PIL import Image
 
+from src.engine.record import atomic
+
 
 def spike_events(rows: list[dict[str, Any]], up_to: int | None = None, gap: int = 50) -> list[dict[str, Any]]:
     """Spike steps less than ``gap`` steps apart, as events (P5's spikes come in bursts): first
@@ -76,9 +78,7 @@ def write_page(sandbox_dir: Path, frames: list[Path], title: str, rows: list[dic
         count=len(names),
     )
     path = sandbox_dir / "index.html"
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(page)
-    tmp.replace(path)
+    atomic.write_text(path, page)
     return path
 
 
@@ -88,11 +88,16 @@ def write_gif(frames: list[Path], path: Path, ms_per_frame: int = 120) -> Path:
     palette = images[-1].quantize(colors=255, method=Image.Quantize.MEDIANCUT)
     quantized = [im.quantize(palette=palette, dither=Image.Dither.NONE) for im in images]
     durations = [ms_per_frame] * (len(images) - 1) + [ms_per_frame * 3]
-    tmp = path.with_name(path.stem + ".tmp.gif")
-    quantized[0].save(
-        tmp, save_all=True, append_images=quantized[1:], duration=durations, loop=0, optimize=True
-    )
-    tmp.replace(path)
+    with atomic.writing(path) as handle:
+        quantized[0].save(
+            handle,
+            format="GIF",
+            save_all=True,
+            append_images=quantized[1:],
+            duration=durations,
+            loop=0,
+            optimize=True,
+        )
     return path
 
 

@@ -50,6 +50,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 
+from src.engine.record import atomic
 from src.engine.record.lock import OutputLock
 from src.errors import ConfigError, SuiteError, message_of
 
@@ -474,7 +475,7 @@ def train_one(
     save_weights(state, seeds, out / WEIGHTS)
     curves.save(out / "curves.json")
     resume.unlink(missing_ok=True)  # the set is whole: its own progress file is spent
-    (out / "seeds.json").write_text(json.dumps(seed_table(curves), indent=1))
+    atomic.write_text(out / "seeds.json", json.dumps(seed_table(curves), indent=1))
     draw_success({" ".join(overrides) or "default": curves}, out / "success.png")
     rate = success_by_epoch(curves)[-1]
     print(

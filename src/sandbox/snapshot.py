@@ -13,6 +13,7 @@ import numpy as np
 from torch import Tensor, nn
 
 from src.conditioning.precision import full_fp32
+from src.engine.record import atomic
 
 
 @dataclass
@@ -53,9 +54,9 @@ class Snapshot:
         if self.query is not None:
             arrays["query"] = self.query
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name("." + path.name)  # hidden from snapshot_steps until complete
-        np.savez_compressed(tmp, **arrays, order=np.array(list(self.clouds) + ["|"] + list(self.attention)))
-        tmp.replace(path)
+        order = np.array(list(self.clouds) + ["|"] + list(self.attention))
+        with atomic.writing(path) as handle:  # its temporary hidden from snapshot_steps until complete
+            np.savez_compressed(handle, **arrays, order=order)
 
     @classmethod
     def load(cls, path: Path) -> Snapshot:

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 
+from src.engine.record import atomic
 from src.errors import ConfigError
 
 from .curves import Curves
@@ -131,9 +132,11 @@ WEIGHTS = "weights.safetensors"  # a set's final stacked weights: tensors only, 
 
 def save_weights(state: dict[str, Tensor], seeds: list[int], path: Path) -> None:
     """The stacked weights ``(S, …)`` of ``seeds`` to a safetensors file (the seeds in its metadata)."""
-    from safetensors.torch import save_file
+    from safetensors.torch import save
 
-    save_file({k: v.contiguous() for k, v in state.items()}, str(path), metadata={"seeds": json.dumps(seeds)})
+    atomic.write_bytes(
+        path, save({k: v.contiguous() for k, v in state.items()}, metadata={"seeds": json.dumps(seeds)})
+    )
 
 
 def load_weights(folder: Path, seeds: list[int]) -> tuple[dict[str, Tensor], list[float] | None]:
@@ -160,10 +163,9 @@ def load_weights(folder: Path, seeds: list[int]) -> tuple[dict[str, Tensor], lis
 
 def save_progress(path: Path, progress: dict) -> None:
     """A seed set's progress (weights, optimizer, curves so far) to ``path``, whole or not at all."""
-    tmp = path.with_name(f".{path.name}.tmp")
     path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(progress, tmp)
-    tmp.replace(path)
+    with atomic.writing(path) as handle:
+        torch.save(progress, handle)
 
 
 class DamagedProgress(Exception):

@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageDraw
 
-from src.engine.generated import ensure_generated, read_marker, write_durable
+from src.engine.generated import ensure_generated, read_marker
+from src.engine.record import atomic
 
 CLASSES = ("square", "circle", "triangle")
 SPLITS = {"train": "train2017", "val": "val2017"}
@@ -171,7 +172,7 @@ def write_coco_shapes(
         coco = write_split(root, split, count, spec, categories, shape_ids, first_id)
         first_id += count
         path = root / "annotations" / f"instances_{SPLITS[split]}.json"
-        write_durable(path, json.dumps(coco))  # the annotation file appears last: the split is complete
+        atomic.write_text(path, json.dumps(coco))  # the annotation file appears last: the split is complete
 
 
 def ensure_coco_shapes(root: Path, spec: ShapesSpec) -> None:

@@ -17,11 +17,11 @@ All three round-trip: ``decode(encode(text)) == text`` for any text (byte-level)
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Protocol
 
+from src.engine.record import atomic
 from src.errors import DataError
 
 EOT = "<|endoftext|>"
@@ -141,15 +141,11 @@ def train_bpe(texts: Iterable[str], vocab_size: int, path: Path) -> BPETokenizer
 
 
 def save_tokenizer(tokenizer, path: Path) -> None:
-    """A ``tokenizers.Tokenizer`` saved to ``path`` under a temporary name, fsynced, then renamed:
-    concurrent runs never collide, and a reader never sees half a file."""
+    """A ``tokenizers.Tokenizer`` saved to ``path`` whole (:func:`atomic.write_text`, the bytes
+    ``Tokenizer.save`` writes): concurrent runs never collide, and a reader never sees half a file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
-    tokenizer.save(str(partial))
-    with open(partial, "rb") as handle:  # on disk before the rename: a crash never leaves zeros under path
-        os.fsync(handle.fileno())
-    partial.replace(path)
+    atomic.write_text(path, tokenizer.to_str(pretty=True))
 
 
 def load_trained_bpe(path: Path) -> BPETokenizer:

@@ -24,17 +24,17 @@ probability ``1 − VALUE_P`` (always at ``max_depth``), otherwise an operator o
 from __future__ import annotations
 
 import csv
+import io
 import math
-import os
 import random
 import statistics
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from src.engine.record import atomic
 from src.errors import DataError
 
 MIN, MAX, MED, SUM_MOD, END = "[MIN", "[MAX", "[MED", "[SM", "]"
@@ -156,15 +156,11 @@ def write_release(folder: Path, splits: dict[str, list[tuple[str, int]]]) -> Non
     sees either no file or a complete one)."""
     folder.mkdir(parents=True, exist_ok=True)
     for split, rows in splits.items():
-        fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
-        with os.fdopen(fd, "w", newline="") as f:
-            writer = csv.writer(f, delimiter="\t", lineterminator="\n")
-            writer.writerow(["Source", "Target"])
-            writer.writerows(rows)
-            f.flush()
-            os.fsync(f.fileno())  # on disk before the rename: a crash never leaves a torn file in place
-        os.chmod(tmp, 0o644)  # mkstemp makes it private
-        os.replace(tmp, folder / SPLITS[split])
+        text = io.StringIO(newline="")
+        writer = csv.writer(text, delimiter="\t", lineterminator="\n")
+        writer.writerow(["Source", "Target"])
+        writer.writerows(rows)
+        atomic.write_text(folder / SPLITS[split], text.getvalue())  # a crash never leaves a torn file
 
 
 # -- reading the release ---------------------------------------------------------------------

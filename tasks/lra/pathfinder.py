@@ -27,6 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
+from src.engine.record import atomic
+
 Pixels = list[tuple[int, int]]
 
 
@@ -163,5 +165,5 @@ def write_release(
         Image.fromarray(draw_image(rng, spec, label)).save(folder / "imgs" / str(k) / f"sample_{i}.png")
         lines.setdefault(k, []).append(f"imgs/{k} sample_{i}.png {i} {label} {spec.contour_length}")
     for k, rows in lines.items():
-        (folder / "metadata" / f"{k}.npy").write_text("\n".join(rows) + "\n")
+        atomic.write_text(folder / "metadata" / f"{k}.npy", "\n".join(rows) + "\n")  # the index, whole
     return folder

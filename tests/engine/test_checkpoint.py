@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import os
 import random
 
 import numpy as np
@@ -36,7 +38,23 @@ def test_a_failed_write_leaves_the_previous_checkpoint(tmp_path, monkeypatch):
     with pytest.raises(checkpoint.CheckpointError, match="No space left on device.*last.pt is kept"):
         checkpoint.save({"step": 2}, path)
     assert checkpoint.load(path)["step"] == 1
-    assert not path.with_name("last.pt.tmp").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt"]  # no temporary left
+
+
+def test_the_previous_checkpoint_is_set_aside_only_once_the_new_one_is_on_disk(tmp_path, monkeypatch):
+    """A write that fails at its fsync (a full disk found at the flush) leaves the rotation alone."""
+    path = tmp_path / "last.pt"
+    checkpoint.save({"step": 1}, path)
+    checkpoint.save({"step": 2}, path)
+
+    def disk_full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", disk_full)
+    with pytest.raises(checkpoint.CheckpointError, match="No space left on device.*last.pt is kept"):
+        checkpoint.save({"step": 3}, path)
+    assert checkpoint.load(path)["step"] == 2 and checkpoint.load(tmp_path / "previous.pt")["step"] == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt", "previous.pt"]
 
 
 def test_loading_refuses_arbitrary_objects(tmp_path):

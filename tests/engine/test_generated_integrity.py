@@ -159,7 +159,7 @@ def test_the_token_cache_is_fsynced_before_it_is_renamed_into_place_and_the_mark
             if what == kind and (
                 path.endswith(f"-> {final}")
                 if kind == "rename"
-                else Path(path).name.startswith(Path(final).name)
+                else Path(path).name.lstrip(".").startswith(Path(final).name)  # its temporary file
             ):
                 return i
         raise AssertionError(f"no {kind} of {final}: {events}")

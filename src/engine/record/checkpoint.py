@@ -32,6 +32,8 @@ import torch
 
 from src.errors import SuiteError
 
+from . import atomic
+
 PREVIOUS = "previous.pt"
 BEST = "best.pt"
 
@@ -71,26 +73,25 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 def save(state: dict[str, Any], path: Path, keep_previous: bool = True) -> None:
-    """Write ``state`` to ``path`` atomically (a temporary file, flushed, then renamed), keeping
-    the checkpoint it replaces as ``previous.pt`` beside it (unless ``keep_previous`` is false:
-    ``best.pt`` replaces its predecessor and leaves ``last.pt``'s rotation alone)."""
+    """Write ``state`` to ``path`` whole (:func:`atomic.writing`), keeping the checkpoint it
+    replaces as ``previous.pt`` beside it, set aside only once the new one is on disk (unless
+    ``keep_previous`` is false: ``best.pt`` replaces its predecessor and leaves ``last.pt``'s
+    rotation alone)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
+
+    def rotate() -> None:
+        if keep_previous and path.exists():
+            os.replace(path, path.with_name(PREVIOUS))
+
     try:
-        with open(tmp, "wb") as f:
+        with atomic.writing(path, before_replace=rotate) as f:
             torch.save(state, f)
-            f.flush()
-            os.fsync(f.fileno())
     except (OSError, RuntimeError) as error:  # a full disk, a quota, a vanished mount (torch's zip
-        tmp.unlink(missing_ok=True)  # writer reports a short write as a RuntimeError)
-        kept = f"{path} is kept" if path.exists() else "no earlier checkpoint exists"
-        free = shutil.disk_usage(path.parent).free / 2**20
+        kept = f"{path} is kept" if path.exists() else "no earlier checkpoint exists"  # writer: a
+        free = shutil.disk_usage(path.parent).free / 2**20  # short write is a RuntimeError)
         reason = str(error).splitlines()[0]
-        message = f"cannot write checkpoint {tmp} ({reason}; {free:.0f} MB free on its disk); {kept}"
+        message = f"cannot write checkpoint {path} ({reason}; {free:.0f} MB free on its disk); {kept}"
         raise CheckpointError(message) from error
-    if keep_previous and path.exists():
-        os.replace(path, path.with_name(PREVIOUS))
-    os.replace(tmp, path)
 
 
 def load(path: Path, device: torch.device | str = "cpu") -> dict[str, Any]:

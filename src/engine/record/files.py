@@ -49,6 +49,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from src.errors import SuiteError
 
+from . import atomic
 from .bounded import LIMITS, ROW_LIMIT, RefusedFile, lines, read_bytes
 from .identity import Identity, code_version
 
@@ -345,16 +346,11 @@ def damaged_line(path: Path, number: int, line: str, error: ValueError) -> Recor
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write ``path`` whole or not at all: a temporary file beside it, flushed, then renamed."""
-    tmp = path.with_name(path.name + ".tmp")
+    """Write ``path`` whole or not at all (:func:`atomic.write_text`); a :class:`RecordError`
+    naming the file and its disk's free space if not."""
     try:
-        with open(tmp, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        atomic.write_text(path, text)
     except OSError as error:
-        tmp.unlink(missing_ok=True)
         raise RecordError(write_failure(path, error)) from error
 
 

@@ -37,6 +37,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+from src.engine.record import atomic
 from src.errors import SuiteError
 
 LOCK_NAME = ".lock"
@@ -161,7 +162,7 @@ class RunLock:
         try:
             if _seen(self.path) != seen:
                 return False
-            replace_with(self.path, content)
+            atomic.write_bytes(self.path, content)
             for other in self.path.parent.glob(claim_path(self.path, seen, "*").name):
                 other.unlink(missing_ok=True)  # a later claim finds the file changed and backs off
             return True
@@ -262,13 +263,9 @@ def create_with(path: Path, content: bytes) -> bool:
         temp.unlink(missing_ok=True)
 
 
-def replace_with(path: Path, content: bytes) -> None:
-    """Put a file holding ``content`` at ``path`` in one step (``rename``), whatever was there."""
-    os.replace(_temporary(path, content), path)
-
-
 def _temporary(path: Path, content: bytes) -> Path:
-    """A new file holding ``content`` beside ``path``, named apart from every lock and claim."""
+    """A new file holding ``content`` beside ``path``, named apart from every lock and claim (the
+    claims' glob, ``.lock.takeover-…-*``, must never take another process's temporary file)."""
     temp = path.with_name(f"{LOCK_NAME}.tmp-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     temp.write_bytes(content)
     return temp
