@@ -60,8 +60,8 @@ from omegaconf import DictConfig, OmegaConf
 from src.engine.experiment import processes
 from src.engine.generated import reading
 from src.engine.loop import evaluation
-from src.engine.loop.model import build_model
 from src.engine.loop.numerics import run_autocast
+from src.engine.loop.prepared import prepared
 from src.engine.record import checkpoint
 from src.engine.record.bounded import RefusedFile, read_bytes
 from src.engine.record.checkpoint import CheckpointError
@@ -267,8 +267,8 @@ def measure(
     task = task if task is not None else checked_task(cfg, split)
     with processes(cfg) as dist:
         data_dir = Path(cfg.paths.data_dir)
-        with reading(data_dir) as read:
-            dataset = task.eval_dataset(data_dir, split)  # before the model: LM's vocabulary
+        with reading(data_dir) as read:  # the split (LM's vocabulary), then the model as training built it
+            _, (dataset,), model = prepared(cfg, task, split=split)  # no prepare_model: the weights load next
         measured = with_data(recorded, read)
         path = where(measured)
         if measured.identity != measured.record_identity:
@@ -277,7 +277,6 @@ def measure(
                 "beside the run's own, and the report does not use it"
             )
         recorded = measured
-        model = build_model(cfg, task)  # as training built it, before the checkpoint's weights
         autocast = run_autocast(dist.device, cfg.trainer.precision)
         batches = cfg.trainer.eval_batches
         result = evaluation.evaluate_checkpoint(

@@ -75,19 +75,14 @@ def suite_seconds_per_step(args: argparse.Namespace, tmp: Path, read_metrics) ->
 
 def bare_seconds_per_step(args: argparse.Namespace) -> float:
     """The same training, written as the plainest PyTorch loop."""
-    from hydra.utils import instantiate
     from torch.utils.data import DataLoader
 
-    from src.engine.loop.model import build_model
     from src.engine.loop.optim import build_optimizer, build_scheduler
-    from src.engine.loop.seeding import seed_everything
+    from src.engine.loop.prepared import prepared
 
     with tempfile.TemporaryDirectory() as tmp:
         cfg = overhead_config(args, Path(tmp))
-    task = instantiate(cfg.task)
-    seed_everything(cfg.seed)
-    train_set, _ = task.datasets(Path(cfg.paths.data_dir))
-    model = build_model(cfg, task)  # as the suite's loop builds it
+    task, (train_set, _), model = prepared(cfg)  # as the suite's loop builds them
     optimizer = build_optimizer(cfg.optim, model)
     scheduler = build_scheduler(cfg.sched, optimizer, args.overhead_steps, len(train_set) // task.batch_size)
     loader = DataLoader(train_set, batch_size=task.batch_size, shuffle=True, drop_last=True)

@@ -38,7 +38,7 @@ from .generated import reading
 from .loop.batching import plan_for
 from .loop.numerics import flush_denormals, restore_tf32, use_tf32
 from .loop.preemption import Preempted
-from .loop.seeding import seed_everything
+from .loop.prepared import seeded_task
 from .loop.shared_loop import fit_shared
 from .record.announce import announce, complete_line, end_line
 from .record.files import RunRecord
@@ -117,8 +117,7 @@ def train_session(
     recorder = Recorder(session, cfg)
     try:
         with recorder:  # closes the W&B run whatever happens
-            task = instantiate(cfg.task)
-            seed_everything(cfg.seed)
+            task = seeded_task(cfg)  # the task, then the seed: the order every build of a run keeps
             run = Run(cfg, session, dist, recorder, variant)
             reached = task.fit(run)
             if reached is None:  # the task trains in the shared loop

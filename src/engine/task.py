@@ -68,7 +68,8 @@ class Run:
 class Task:
     """A task of the suite (module docstring): its data, its model's arguments, loss and metrics.
 
-    The contract, in the order a run calls it (:func:`src.engine.loop.shared_loop.fit_shared`):
+    The contract, in the order a run calls it (1 to 4: :func:`src.engine.loop.prepared.prepared`,
+    for training and evaluation alike; then :func:`src.engine.loop.shared_loop.fit_shared`):
 
     1. ``__init__``: Hydra builds the task from ``cfg.task`` alone (its ``_target_`` and keys, their
        ``${…}`` resolved); it reads no data. The run's seed is set after it.

@@ -4,9 +4,9 @@ P5's findings are rates over seeds (how many seeds learn, and when), and its mod
 200 parameters: one run of 64,000 steps spends its time in Python, not arithmetic (about
 5 minutes through the shared loop). :func:`train_seeds` trains ``S`` seeds as one stacked
 model instead: each seed's model is built exactly as ``python -m src.run … seed=s`` builds
-it (same config, same :func:`~src.engine.loop.seeding.seed_everything`, same
-:func:`~src.engine.loop.model.build_model`, the variant applied), its parameters are stacked
-along a leading seed axis (:mod:`src.sandbox.stacked`), and one step runs every
+it (same config, same :func:`~src.engine.loop.prepared.prepared`: the task, the seed, the data,
+the model with the variant applied), its parameters are stacked along a leading seed axis
+(:mod:`src.sandbox.stacked`), and one step runs every
 seed's forward pass under :func:`torch.vmap` on its own batch, drawn in the order the shared
 loop draws it (:func:`~src.engine.loop.data.epoch_order` of the seed). The loss is the sum of
 the seeds' losses, so each seed's gradient is its own; Adam (and any optimizer that acts on

@@ -22,28 +22,22 @@ from src.errors import ConfigError
 from .curves import Curves
 
 
-def seed_config(cfg: DictConfig, seed: int) -> DictConfig:
-    """``cfg`` as ``seed=<seed>`` composes it (``task.data_seed`` follows ``${seed}``)."""
+def seed_config(cfg: DictConfig, seed: int, data_dir: Path) -> DictConfig:
+    """``cfg`` as ``seed=<seed> paths.data_dir=<data_dir>`` composes it (``task.data_seed``
+    follows ``${seed}``)."""
     out = copy.deepcopy(cfg)
     OmegaConf.set_struct(out, False)
     out.seed = seed
+    out.paths.data_dir = str(data_dir)
     return out
 
 
 def build_seed(cfg: DictConfig, seed: int, data_dir: Path) -> tuple[nn.Module, tuple, tuple]:
-    """Seed ``seed``'s model, training set and test set, as the shared loop builds them."""
-    from hydra.utils import instantiate
+    """Seed ``seed``'s model, training set and test set, built as its own run builds them
+    (:func:`src.engine.loop.prepared.prepared`)."""
+    from src.engine.loop.prepared import prepared
 
-    from src import attention
-    from src.engine.loop.model import build_model
-    from src.engine.loop.seeding import seed_everything
-
-    cfg = seed_config(cfg, seed)
-    task = instantiate(cfg.task)
-    seed_everything(seed)  # where train_session seeds: after the task, before its data and model
-    train, test = task.datasets(Path(data_dir))
-    model = build_model(cfg, task, attention.variant_from_config(cfg.attn))
-    task.prepare_model(model)
+    _, (train, test), model = prepared(seed_config(cfg, seed, data_dir))
     return model, tuple(train.tensors), tuple(test.tensors)
 
 

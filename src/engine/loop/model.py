@@ -1,9 +1,9 @@
 """The model of a run: the task's backbone with the run's attention variant applied.
 
-Written once for every caller that must get the model training gets: the shared loop
-(:func:`.shared_loop.fit_shared`), ``python -m src.eval`` (which then loads a checkpoint into it)
-and the bench's bare loop (:mod:`launch.tools.bench_training`). The same config and the same seed give
-the same weights whichever builds it.
+Written once for every caller that must get the model training gets; those that build the whole
+run (the shared loop, ``python -m src.eval``, the sandbox's stacked seeds, the bench's bare loop)
+call it through :func:`.prepared.prepared`, which keeps the order of task, seed, data and model.
+The same config and the same seed give the same weights whichever builds it.
 """
 
 from __future__ import annotations

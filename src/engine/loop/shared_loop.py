@@ -1,7 +1,7 @@
 """The shared loop's assembly: how a task trains unless it has a loop of its own
 (:meth:`Task.fit <src.engine.task.Task.fit>`); :func:`src.engine.experiment.train` calls it.
 
-The task builds its data, then its model with the variant applied (:func:`.model.build_model`);
+The task builds its data, then its model with the variant applied (:func:`.prepared.prepared`);
 optimizer, schedule and EMA come from their config groups; :class:`~src.engine.loop.trainer.Trainer`
 trains. Classification, LRA, LM and the sandbox train here; detection overrides ``fit`` with
 mmengine's Runner.
@@ -26,10 +26,10 @@ from timm.utils import ModelEmaV3
 from src.errors import DataError, message_of
 
 from . import evaluation
-from .batching import check_global_batch, plan_batch
+from .batching import plan_batch
 from .data import epoch_samples
-from .model import build_model
 from .optim import build_optimizer, build_scheduler
+from .prepared import prepared
 from .trainer import Trainer
 
 if TYPE_CHECKING:
@@ -42,12 +42,8 @@ def fit_shared(task: Task, run: Run) -> dict[str, Any]:
     """Build model, variant, optimizer, schedule and the shared loop, train; what it reached."""
     cfg, dist = run.cfg, run.dist
     batch = plan_batch(task.batch_size, cfg.trainer.accumulate, dist.world)  # refuses a world it cannot keep
-    datasets = task.datasets(Path(cfg.paths.data_dir))
-    # a step of more than an epoch (a typo's accumulate=1000000000) is refused before the model is built
-    check_global_batch(batch, epoch_samples(len(datasets[0]), task.repeated_aug), len(datasets[0]))
-    model = build_model(cfg, task, run.variant)  # the variant train() built as it checked cfg.attn
-    task.prepare_model(model)
-    model.to(dist.device)
+    # the variant train() built as it checked cfg.attn; a step of more than an epoch refused before the model
+    _, datasets, model = prepared(cfg, task, variant=run.variant, batch=batch, device=dist.device)
     # the same on any number of processes; repeated augmentation's epoch is DeiT's (loop/data.py)
     steps_per_epoch = max(1, epoch_samples(len(datasets[0]), task.repeated_aug) // batch.global_batch)
     total_steps = cfg.trainer.max_steps or cfg.trainer.max_epochs * steps_per_epoch
