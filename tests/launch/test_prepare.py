@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import os
 import stat
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import CONF, QUIET, ROOT, run_cli
+from conftest import CONF, QUIET, main_in_process, run_cli
 from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
 from hydra.utils import instantiate
@@ -36,30 +34,20 @@ def files(folder: Path) -> dict[str, tuple[int, int]]:
     }
 
 
-def run_prepare(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    return subprocess.run(
-        [sys.executable, "-m", "launch.cluster.prepare", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-
-
 # -- the command, and the run after it ------------------------------------------------------------
 
 
-def test_each_artefact_is_built_once_and_the_runs_then_build_nothing(tmp_path, capsys):
+def test_each_artefact_is_built_once_and_the_runs_then_build_nothing(tmp_path, capsys, monkeypatch):
     """Four jobs (2 tasks x 2 variants) read four artefacts: each is built once, listed once with
-    its size; the runs that follow find all of them ready and write no data file; a second prepare
-    builds nothing."""
+    its size; the runs that follow (another process) find all of them ready and write no data
+    file; a second prepare builds nothing."""
     data = tmp_path / "data"
     sweep = ["task=mlm_tiny,glue_tiny_sst2", "attn=standard,spectral", f"paths.data_dir={data}"]
-    first = run_prepare(["-m", *sweep], tmp_path)
-    assert first.returncode == 0, first.stderr
-    closing = [line for line in first.stdout.splitlines() if line.startswith("built")]
-    assert len(closing) == 4 and first.stdout.rstrip().endswith(closing[-1])  # one line each, last
+    monkeypatch.chdir(tmp_path)  # where the command would run
+    code, out, err = main_in_process(prep.main, capsys, "-m", *sweep)
+    assert code == 0, err
+    closing = [line for line in out.splitlines() if line.startswith("built")]
+    assert len(closing) == 4 and out.rstrip().endswith(closing[-1])  # one line each, last
     for line in closing:  # "built  <path>  (<size>): <what>, in <s> s": the size is the path's
         path, size = tmp_path / line.split()[1], line.partition("(")[2].partition(")")[0]
         below = [path] if path.is_file() else [f for f in path.rglob("*") if f.is_file()]

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import main_in_process
 from scipy import stats as scipy_stats
 from test_claims import run
 
@@ -166,10 +167,17 @@ def test_settle_refuses_a_folder_that_is_not_a_sweep_in_one_line(tmp_path):
     )
 
 
-def test_settle_repeats_the_sweeps_own_command_with_new_seeds_and_the_report_states_the_rule(tmp_path):
+def test_settle_repeats_the_sweeps_own_command_with_new_seeds_and_the_report_states_the_rule(
+    tmp_path, capsys
+):
     """A real two-seed sweep, settled to three: the new seed of each reading is launched with the
     run's own overrides into the same sweep folder, pairs with its partner, and the report reads
-    the rows at the plan's last look and prints the stopping rule."""
+    the rows at the plan's last look and prints the stopping rule. The sweep and the runs settle
+    launches are processes of their own; settle and the report are called in this process (their
+    process boundary is the refusal test's above)."""
+    from launch.analysis import report
+    from launch.analysis import settle as settle_command
+
     root = tmp_path / "sweep"
     short = [
         "trainer.max_steps=2",
@@ -179,13 +187,8 @@ def test_settle_repeats_the_sweeps_own_command_with_new_seeds_and_the_report_sta
     ]
     sweep = [sys.executable, "-m", "src.run", "-m", "task=digits", "reading=standard,spectral_q", "seed=0,1"]
     subprocess.run([*sweep, *short, f"hydra.sweep.dir={root}"], check=True, capture_output=True)
-    settled = subprocess.run(
-        [sys.executable, "-m", "launch.analysis.settle", str(root), "--cap", "3", "--batch", "1"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert settled.returncode == 0, settled.stderr[-2000:]
+    settled, _, err = main_in_process(settle_command.main, capsys, root, "--cap", "3", "--batch", "1")
+    assert settled == 0, err[-2000:]
     runs = read_runs([root])
     assert sorted((r.attn, r.seed, r.status) for r in runs) == [
         (attn, seed, "completed") for attn in ("spectral", "standard") for seed in range(3)
@@ -193,21 +196,13 @@ def test_settle_repeats_the_sweeps_own_command_with_new_seeds_and_the_report_sta
     assert len({r.experiment for r in runs}) == 2  # seed 2 is the same experiment as seeds 0-1
     state = json.loads((root / "settle.json").read_text())
     assert sorted(state["targets"].values()) == [3, 3]
-    again = subprocess.run(  # the same command again (after a kill, say): its plan, nothing launched
-        [sys.executable, "-m", "launch.analysis.settle", str(root), "--cap", "3", "--batch", "1"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert again.returncode == 0 and " more of " not in again.stdout, again.stderr[-2000:]
-    report = subprocess.run(
-        [sys.executable, "-m", "launch.analysis.report", str(root)],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    assert "looks at 2 (0.0060/0.0164), 3 (0.0190/0.0336) seeds" in report
-    rows = report.splitlines()
+    # the same command again (after a kill, say): its plan, nothing launched
+    again, out, err = main_in_process(settle_command.main, capsys, root, "--cap", "3", "--batch", "1")
+    assert again == 0 and " more of " not in out, err[-2000:]
+    code, reported, _ = main_in_process(report.main, capsys, root)
+    assert code == 0
+    assert "looks at 2 (0.0060/0.0164), 3 (0.0190/0.0336) seeds" in reported
+    rows = reported.splitlines()
     assert any(
         line.startswith(
             "| digits | spectral | `spectral_q` default | 2 steps · 0.1 epochs · 128 samples | 3 |"
@@ -215,39 +210,25 @@ def test_settle_repeats_the_sweeps_own_command_with_new_seeds_and_the_report_sta
         for line in rows
     )
 
-    def confirm() -> subprocess.CompletedProcess:
-        command = [
-            sys.executable,
-            "-m",
-            "launch.analysis.settle",
-            str(root),
-            "--confirm",
-            "spectral_q",
-            "--seeds",
-            "2",
-        ]
-        return subprocess.run(command, capture_output=True, text=True, check=False)
+    def confirm() -> tuple[int, str, str]:
+        return main_in_process(settle_command.main, capsys, root, "--confirm", "spectral_q", "--seeds", "2")
 
-    confirmed = confirm()
-    assert confirmed.returncode == 0, confirmed.stderr[-2000:]
+    confirmed, _, err = confirm()
+    assert confirmed == 0, err[-2000:]
     fresh = [r for r in read_runs([root]) if r.identity.config.get("stage") == "confirm"]
     assert sorted((r.attn, r.seed) for r in fresh) == [
         (a, s) for a in ("spectral", "standard") for s in (1000, 1001)
     ]
     assert {r.identity.without("stage").hash for r in fresh} == {r.experiment for r in runs}  # same settings
-    report = subprocess.run(
-        [sys.executable, "-m", "launch.analysis.report", str(root)],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    code, reported, _ = main_in_process(report.main, capsys, root)
+    assert code == 0
     assert any(
         line.startswith(
             "| digits | spectral | `spectral_q` default (confirm) | 2 steps · 0.1 epochs · 128 samples | 2 |"
         )
-        for line in report.splitlines()
+        for line in reported.splitlines()
     )
-    assert "fresh seeds of" not in confirm().stdout  # a second call launches nothing
+    assert "fresh seeds of" not in confirm()[1]  # a second call launches nothing
 
 
 def test_confirm_runs_pair_among_themselves_and_are_a_family_of_their_own():
