@@ -8,7 +8,7 @@
 
 The grid is the one ``python -m src.run -m <the same overrides>`` runs (Hydra's basic sweeper over
 the experiment's ``hydra.sweeper.params`` and the command line's lists, expanded as
-:func:`launch.wandb_sweep.grid` does). For each distinct run (the seeds of one config are one row),
+:func:`src.configs.grid` does). For each distinct run (the seeds of one config are one row),
 without data and without training:
 
 - **FLOPs and kernel launches per optimizer step** (:mod:`launch.tools.flops`): one sample's forward
@@ -43,7 +43,6 @@ so that a new task is planned without an edit here. Several experiments (``exper
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import math
 import sys
@@ -52,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from launch.tools.flops import step_cost
+from src.configs import axes, combinations, compose, loader
 from src.errors import ConfigError
 
 #: Dense bf16 tensor-core peak, FLOP/s, from each vendor datasheet (V100 has no bf16: its fp16).
@@ -273,21 +273,11 @@ def measured_launch(measured: dict[str, Any] | None) -> float | None:
 
 
 def jobs(arguments: list[str]) -> list[tuple[list[str], int]]:
-    """The sweep's distinct runs as ``(overrides, seeds)``: the grid of
-    :func:`launch.wandb_sweep.grid` with the seeds folded into a count (a seed changes no cost)."""
-    import src.engine.schema  # noqa: F401  the trainer schema the config is composed with
-    from launch.wandb_sweep import grid
-    from src.cli import check_selections
-
-    if not any(a.lstrip("+~").startswith("hydra.searchpath") for a in arguments):  # Hydra checks those
-        check_selections(arguments)
-    values, _ = grid(arguments)
+    """The sweep's distinct runs as ``(overrides, seeds)``: the grid of :func:`src.configs.grid`
+    with the seeds folded into a count (a seed changes no cost)."""
+    values, _ = axes(arguments)
     seeds = len(values.pop("seed", [None]))
-    keys = list(values)
-    return [
-        ([f"{k}={v}" for k, v in zip(keys, combo, strict=True)], seeds)
-        for combo in itertools.product(*values.values())
-    ]
+    return [(overrides, seeds) for overrides in combinations(values)]
 
 
 def per_experiment(arguments: list[str]) -> list[list[str]]:
@@ -295,10 +285,7 @@ def per_experiment(arguments: list[str]) -> list[list[str]]:
     one grid, one table each."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    import src.engine.schema  # noqa: F401  the trainer schema the config is composed with
-    from src.cli import config_loader
-
-    parsed = OverridesParser.create(config_loader=config_loader()).parse_overrides(arguments)
+    parsed = OverridesParser.create(config_loader=loader()).parse_overrides(arguments)
     for i, override in enumerate(parsed):
         if override.get_key_element() == "experiment" and override.is_sweep_override():
             return [
@@ -306,17 +293,6 @@ def per_experiment(arguments: list[str]) -> list[list[str]]:
                 for v in override.sweep_string_iterator()
             ]
     return [arguments]
-
-
-def compose(overrides: list[str]) -> Any:
-    """The config ``python -m src.run <overrides>`` composes (resolved lazily)."""
-    from hydra.types import RunMode
-
-    import src.engine.schema  # noqa: F401  the trainer schema the config is composed with
-    from src import resolvers  # noqa: F401  the configs' resolvers
-    from src.cli import config_loader
-
-    return config_loader().load_configuration("config", overrides=overrides, run_mode=RunMode.RUN)
 
 
 def check_job(cfg: Any, overrides: list[str]) -> None:

@@ -20,51 +20,22 @@ exit status 2.
 from __future__ import annotations
 
 import argparse
-import itertools
 import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from src.cli import check_selections, config_loader
+from src.configs import axes, combinations, compose
 from src.engine.record.files import RecordError, write_atomic
 from src.errors import ConfigError
-
-
-def grid(arguments: list[str]) -> tuple[dict[str, list[str]], Any]:
-    """``{key: [value, …]}`` of the Hydra sweep ``arguments`` (with the experiment's
-    ``hydra.sweeper.params`` first, as Hydra's basic sweeper), in Hydra's order, and the config the
-    fixed items compose (for the sweep's name and metric)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.types import RunMode
-
-    loader = config_loader()
-    parser = OverridesParser.create(config_loader=loader)
-    given = parser.parse_overrides(arguments)
-    fixed = [o.input_line for o in given if not o.is_sweep_override()]
-    if any(o.get_key_element() == "experiment" and o.is_sweep_override() for o in given):
-        raise ConfigError("experiment=…: give one experiment (a W&B sweep is one grid)")
-    cfg = loader.load_configuration("config", overrides=fixed, run_mode=RunMode.RUN)
-    params = cfg.hydra.sweeper.get("params") or {}
-    overrides = parser.parse_overrides([*(f"{k}={v}" for k, v in params.items()), *arguments])
-    values: dict[str, list[str]] = {}
-    for override in overrides:
-        key = override.get_key_element()
-        if override.is_sweep_override():
-            if not override.is_discrete_sweep():
-                raise ConfigError(f"{override.input_line}: an interval is not a grid; give its values")
-            values[key] = list(override.sweep_string_iterator())
-        else:
-            values[key] = [override.get_value_element_as_str()]
-    return values, cfg
 
 
 def check_runs(values: dict[str, list[str]]) -> None:
     """Every run of the grid passes what ``python -m src.run`` checks before any work
     (:func:`launch.plan.check_job`; each seed's range apart, since a seed changes nothing else),
     so that no spec is written whose runs every agent would refuse (``task.batch_size=0``)."""
-    from launch.plan import check_job, compose
+    from launch.plan import check_job
     from src.engine.schema import RANGES
 
     seeds = values.get("seed", [])
@@ -75,9 +46,7 @@ def check_runs(values: dict[str, list[str]]) -> None:
             admitted = False
         if not admitted:
             raise ConfigError(f"seed={seed} must be {RANGES['seed']}")
-    keys = [k for k in values if k != "seed"]
-    for combo in itertools.product(*(values[k] for k in keys)):
-        overrides = [f"{k}={v}" for k, v in zip(keys, combo, strict=True)]
+    for overrides in combinations({k: v for k, v in values.items() if k != "seed"}):
         check_job(compose(overrides), overrides)
 
 
@@ -85,8 +54,7 @@ def sweep_config(arguments: list[str]) -> dict[str, Any]:
     """The W&B Sweeps config (a dict, written as YAML) whose grid is the Hydra sweep of ``arguments``."""
     from src.engine.record.tracking import main_metric
 
-    check_selections(arguments)
-    values, cfg = grid(arguments)
+    values, cfg = axes(arguments)
     check_runs(values)
     metric, mode = main_metric(cfg.task)
     parameters = {k: {"values": v} if len(v) > 1 else {"value": v[0]} for k, v in values.items()}

@@ -18,7 +18,8 @@ from typing import Any
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from src.cli import CONF, config_dirs, config_loader, is_override
+from src.cli import CONF, config_dirs, is_override
+from src.configs import compose, loader
 from src.errors import ConfigError
 
 #: Groups whose keys are all declared (the trainer's structured schema, src/engine/schema.py): a new
@@ -55,21 +56,21 @@ def precheck(args: list[str]) -> None:
     if any(o.lstrip("+~").startswith("hydra.searchpath") for o in overrides):
         return
     check_reading(overrides)
-    loader = config_loader(config_dirs(args))
+    dirs = config_dirs(args)
     parsed = parse(overrides)
     if parsed is None:
         return  # Hydra reports its own grammar errors
-    selections = [o for o in parsed if is_selection(loader, o)]
+    selections = [o for o in parsed if is_selection(o, dirs)]
     if any(not isinstance(o.value(), str) and o.value() is not None for o in selections):
         return  # a sweep over groups: each job composes its own keys
-    base = compose(loader, [o.input_line for o in selections])
+    base = composed([o.input_line for o in selections], dirs)
     if base is None:
         return
     check_keys([o for o in parsed if o not in selections], base)
     printing = "--cfg" in args or "-c" in args
     if multirun or (printing and "--resolve" not in args):
         return  # each job checks its own values; --cfg prints what was asked
-    cfg = compose(loader, overrides)
+    cfg = composed(overrides, dirs)
     if cfg is None:
         return
     if printing:
@@ -124,19 +125,16 @@ def parse(overrides: list[str]) -> list[Any] | None:
         return None
 
 
-def is_selection(loader, override) -> bool:
+def is_selection(override, dirs: list) -> bool:
     """A group selection (``attn=spectral``, ``hydra/launcher=slurm``), not a value."""
-    return override.key_or_group.startswith("hydra/") or loader.repository.group_exists(override.key_or_group)
+    group = override.key_or_group
+    return group.startswith("hydra/") or loader(tuple(dirs)).repository.group_exists(group)
 
 
-def compose(loader, overrides: list[str]) -> DictConfig | None:
-    """The config Hydra composes for ``overrides`` (its own node included), None if it cannot."""
-    from hydra.types import RunMode
-
-    import src.engine.schema  # noqa: F401  the trainer schema the config is composed with
-
+def composed(overrides: list[str], dirs: list) -> DictConfig | None:
+    """The config Hydra composes for ``overrides`` (:func:`src.configs.compose`), None if it cannot."""
     try:
-        return loader.load_configuration("config", overrides, RunMode.RUN)
+        return compose(overrides, config_dirs=dirs)
     except Exception:  # noqa: BLE001  Hydra says why when it composes again
         return None
 

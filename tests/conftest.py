@@ -70,14 +70,11 @@ QUIET = ["trainer.progress=none"]
 
 
 def compose(overrides: list[str], output_dir: Path):
-    """The config ``python -m src.run <overrides>`` would run, with outputs under ``output_dir``."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
+    """The config ``python -m src.run <overrides>`` would run (:func:`src.configs.compose`), with
+    outputs under ``output_dir`` and the tests' quiet progress."""
+    from src.configs import compose as composed
 
-    import src.engine.schema  # noqa: F401  registers the trainer schema
-
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return hydra_compose("config", overrides=[*overrides, f"paths.output_dir={output_dir}", *QUIET])
+    return composed([*overrides, *QUIET], output_dir)
 
 
 def main_in_process(main: Callable[[list[str]], object], capsys, *args) -> tuple[int, str, str]:

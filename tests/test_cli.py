@@ -9,13 +9,12 @@ from pathlib import Path
 
 import pytest
 from conftest import CONF, QUIET, run_cli
-from hydra import compose as hydra_compose
-from hydra import initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
 import src.engine.schema  # noqa: F401  registers the trainer schema
 from src import cli, resolvers
+from src.configs import compose
 from src.errors import ConfigError
 
 GROUPS = ["attn", "backbone", "experiment", "hydra/launcher", "optim", "reading", "sched", "task"]
@@ -27,9 +26,7 @@ LONG_RUN = "outputs/runs/imagenet/vit_micro/precond/seed=0," + ",".join(
 
 def hydra_config(overrides: list[str], tmp_path: Path):
     """The composed config with its ``hydra`` node, as the entry point gets it (run mode)."""
-    args = cli.prepare_argv([*overrides, f"paths.output_dir={tmp_path}", *QUIET])
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = hydra_compose("config", overrides=args, return_hydra_config=True)
+    cfg = compose(cli.prepare_argv([*overrides, *QUIET]), tmp_path, hydra=True)
     HydraConfig.instance().set_config(cfg)  # ${hydra:job.override_dirname} reads it
     return cfg
 

@@ -29,7 +29,6 @@ in one line; what a user trusts is given on settle's own command line instead.
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -234,16 +233,9 @@ def job_groups() -> frozenset[str]:
 
 def group_choices(group: str) -> list[str]:
     from src.cli import group_options
+    from src.configs import loader
 
     return group_options(loader(), group)
-
-
-@functools.cache
-def loader() -> Any:
-    """One Hydra config loader over ``conf/`` for every composition of a settle."""
-    from src.cli import config_loader
-
-    return config_loader()
 
 
 # -- the command must compose to the record ---------------------------------------------------
@@ -256,23 +248,20 @@ def check_composes(command: Command, seed: int, expected: Any, extra: tuple[str,
     ``extra``, both without the keys ``extra`` sets). Keys only a running job resolves
     (``${pretrained_by:…}``) are left out of the comparison."""
     from hydra.errors import HydraException
-    from hydra.types import RunMode
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    import src.engine.schema  # noqa: F401  the trainer schema the config is composed with
-    from src import resolvers  # noqa: F401  the suite's resolvers, for the suite's own configs
+    from src.configs import compose
     from src.engine.record.identity import Identity, flatten
     from src.engine.record.safe_config import followed
 
     overrides = [*command.overrides, f"seed={seed}", *extra]
     try:
-        cfg = loader().load_configuration("config", overrides=overrides, run_mode=RunMode.RUN)
+        cfg = compose(overrides)
     except (HydraException, OmegaConfBaseException, SuiteError, ValueError) as error:
         why = one_line(error)
         raise Refused(f"{command.source}: its command does not compose ({why}); refused") from None
     raw = OmegaConf.to_container(cfg, resolve=False)
-    raw.pop("hydra", None)
     cfg = OmegaConf.create(raw)
     values = followed(cfg, raw)
     unknown = [k for k, v in flatten(values).items() if isinstance(v, str) and "${" in v]

@@ -89,7 +89,8 @@ def pretrained_placeholder() -> Iterator[None]:
 
 def needs(arguments: list[str]) -> list[Need]:
     """The sweep's distinct task configs (with their data folders), in the grid's order."""
-    from launch.plan import as_text, compose, jobs, per_experiment
+    from launch.plan import as_text, jobs, per_experiment
+    from src.configs import compose
 
     found: dict[tuple[str, str], Need] = {}
     with pretrained_placeholder():

@@ -41,25 +41,22 @@ def runner_overhead(args: argparse.Namespace, rounds: int = 3) -> dict[str, floa
 
 
 def overhead_config(args: argparse.Namespace, output: Path):
-    from hydra import compose, initialize_config_dir
+    from src.configs import compose
 
-    conf = Path(__file__).resolve().parents[2] / "conf"
-    with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
-        return compose(
-            "config",
-            overrides=[
-                "attn=standard",
-                f"trainer.max_steps={args.overhead_steps}",
-                "trainer.val_every=0",
-                "trainer.monitor_every=0",
-                f"trainer.checkpoint_every={10**9}",
-                "trainer.progress=none",
-                f"trainer.log_every={args.overhead_steps // 10}",
-                "trainer.device=cpu",
-                f"trainer.flush_denormal={bool(args.flush_denormal)}",  # as the bare loop runs
-                f"paths.output_dir={output}",
-            ],
-        )
+    return compose(
+        [
+            "attn=standard",
+            f"trainer.max_steps={args.overhead_steps}",
+            "trainer.val_every=0",
+            "trainer.monitor_every=0",
+            f"trainer.checkpoint_every={10**9}",
+            "trainer.progress=none",
+            f"trainer.log_every={args.overhead_steps // 10}",
+            "trainer.device=cpu",
+            f"trainer.flush_denormal={bool(args.flush_denormal)}",  # as the bare loop runs
+        ],
+        output,
+    )
 
 
 def suite_seconds_per_step(args: argparse.Namespace, tmp: Path, read_metrics) -> float:
@@ -107,13 +104,11 @@ def bare_seconds_per_step(args: argparse.Namespace) -> float:
 
 def time_to_quality(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Steps to ``standard``'s final validation loss, per task and variant (median over seeds)."""
-    from hydra import compose, initialize_config_dir
-
     from launch.analysis.records import read_run
     from launch.analysis.results import convergence
+    from src.configs import compose
     from src.engine import train
 
-    conf = Path(__file__).resolve().parents[2] / "conf"
     rows = []
     for task in args.quality:
         runs = []
@@ -121,18 +116,16 @@ def time_to_quality(args: argparse.Namespace) -> list[dict[str, Any]]:
             for seed in range(args.seeds):
                 folder = args.quality_dir / task / variant / f"seed={seed}"
                 extra = [f"trainer.max_steps={args.quality_steps}"] if args.quality_steps else []
-                with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
-                    cfg = compose(
-                        "config",
-                        overrides=[
-                            f"task={task}",
-                            f"attn={variant}",
-                            f"seed={seed}",
-                            "trainer.progress=none",
-                            "trainer.monitor_every=0",
-                            *extra,
-                        ],
-                    )
+                cfg = compose(
+                    [
+                        f"task={task}",
+                        f"attn={variant}",
+                        f"seed={seed}",
+                        "trainer.progress=none",
+                        "trainer.monitor_every=0",
+                        *extra,
+                    ]
+                )
                 if variant not in cfg.backbone.get("attn_variants", attention.VARIANTS):
                     break  # the task's backbone does not take it (modadd's sandbox: three variants)
                 if cfg.trainer.max_steps:  # 20 validations a run: steps to quality within 5% of the budget

@@ -62,8 +62,8 @@ def attention_models(dry: bool) -> list[tuple[str, list[str], str, str]]:
 def attention_step(overrides: list[str], inputs: str, device: str, batch: int) -> dict[str, Any]:
     """One bf16-autocast forward and backward of the composed model on ``device``: its attention
     calls, the fused SDPA kernels among them, and which."""
-    from launch.plan import compose
     from launch.tools.flops import model_and_inputs
+    from src.configs import compose
 
     cfg = compose([*overrides, "attn=standard"])
     torch.manual_seed(0)

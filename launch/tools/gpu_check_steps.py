@@ -31,7 +31,7 @@ def compose_model(shape: dict, variant: str | None, device: str, **model: Any) -
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
-    from launch.plan import compose
+    from src.configs import compose
     from src.engine.loop.model import build_model
 
     cfg = compose(["task=imagenet", f"backbone={shape['backbone']}", f"attn={variant or 'standard'}",

@@ -50,6 +50,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 
+from src.configs import axes, combinations, compose
 from src.engine.record import atomic
 from src.engine.record.lock import OutputLock
 from src.errors import ConfigError, SuiteError, message_of
@@ -301,9 +302,9 @@ def cells(overrides: Sequence[str]) -> list[tuple[list[str], str]]:
     """The grid ``overrides`` sweep (Hydra's ``key=a,b`` and the experiment's
     ``hydra.sweeper.params``, expanded as ``python -m src.run -m`` would), one seed set per cell:
     its overrides and its folder's name (the swept keys' ``key=value``; ``""`` for one cell)."""
-    from launch.plan import jobs
-
-    found = [o for o, _ in jobs(list(overrides))]  # every value as Hydra reads it: 3e-3 is 0.003
+    values, _ = axes(overrides)
+    values.pop("seed", None)  # a set trains every seed of --seeds
+    found = combinations(values)  # every value as Hydra reads it: 3e-3 is 0.003
     if len(found) == 1:
         return [(found[0], "")]
     swept = [i for i in range(len(found[0])) if len({cell[i] for cell in found}) > 1]
@@ -395,7 +396,6 @@ def planned(
     """The grid's cells still to train, each composed and checked before any trains: a sandbox, a
     variant its backbone takes, a budget; a cell already trained with these seeds and epochs is
     kept (said so), one trained otherwise is refused."""
-    from launch.plan import compose
     from src.engine.compatible import check_compatible
 
     todo = []

@@ -22,7 +22,6 @@ from launch.plan import (
     REFERENCES,
     Row,
     checkpoint_bytes,
-    compose,
     derived_mfu,
     jobs,
     main,
@@ -31,6 +30,7 @@ from launch.plan import (
     totals,
 )
 from launch.tools.flops import count_flops, count_step, forward_flops, model_and_inputs, step_cost
+from src.configs import compose
 from src.engine.record import checkpoint
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,8 +13,9 @@ import pytest
 import torch
 from hydra.utils import instantiate
 
-from launch.plan import compose, main, plan
+from launch.plan import main, plan
 from launch.tools.flops import count_step, forward_backward
+from src.configs import compose
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -9,14 +9,12 @@ import stat
 from pathlib import Path
 
 import pytest
-from conftest import CONF, QUIET, main_in_process, run_cli
-from hydra import compose as hydra_compose
-from hydra import initialize_config_dir
+from conftest import QUIET, main_in_process, run_cli
 from hydra.utils import instantiate
 
 from launch.cluster import prepare as prep
 from launch.cluster.callbacks import DataPrepared
-from launch.plan import compose
+from src.configs import compose
 from src.engine.generated import preparing
 
 REFUSAL = "sbatch: error: Batch job submission failed: Invalid partition name specified"
@@ -159,12 +157,7 @@ def test_check_lists_what_is_missing_and_builds_nothing(tmp_path, capsys):
 def sweep_config(overrides: list[str], tmp_path: Path):
     """The config a multirun's callbacks get, its ``hydra`` node included (``hydra.overrides.task``:
     the command line's overrides)."""
-    import src.engine.schema  # noqa: F401  registers the trainer schema
-
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return hydra_compose(
-            "config", overrides=[*overrides, f"paths.output_dir={tmp_path}", *QUIET], return_hydra_config=True
-        )
+    return compose([*overrides, *QUIET], tmp_path, hydra=True)
 
 
 def test_the_check_refuses_an_unprepared_slurm_sweep_in_one_line_and_passes_a_prepared_one(tmp_path, capsys):

@@ -27,7 +27,7 @@ from test_settle import GAIN, FakeSweep
 from launch.analysis import settle
 from launch.analysis.claims import Claim
 from launch.analysis.records import read_runs
-from launch.plan import compose
+from src.configs import compose
 from src.engine.record.identity import Identity
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,7 +48,6 @@ def write_record(root: Path, job: list[str], seed: int, acc: float) -> Path:
     with validation accuracy ``acc``, as the suite writes it; nothing trained."""
     overrides = [*job, f"seed={seed}"]
     tree = OmegaConf.to_container(compose(overrides), resolve=False)
-    tree.pop("hydra")
     resolved = OmegaConf.to_container(OmegaConf.create(tree), resolve=True)
     identity = Identity.of(resolved)
     named = ",".join(sorted(o for o in overrides if not o.startswith(("task=", "seed=", "paths."))))

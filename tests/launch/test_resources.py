@@ -10,10 +10,10 @@ import pytest
 import yaml
 from conftest import CONF, QUIET
 from conftest import compose as compose_job
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from launch.cluster.callbacks import check_world
+from src.configs import compose
 from src.engine.record.identity import Identity
 from src.errors import ConfigError
 
@@ -31,20 +31,9 @@ LAUNCHER = {
 def slurm_config(overrides: list[str], tmp_path: Path):
     """The config a sweep on SLURM composes, its hydra node included; uncapped by a partition's
     MaxTime, which a cluster this runs on could have (tests/launch/test_slurm_time.py tests the cap)."""
-    import src.engine.schema  # noqa: F401  registers the trainer schema
-
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose(
-            "config",
-            overrides=[
-                "hydra/launcher=slurm",
-                "resources.max_time_min=null",
-                *overrides,
-                f"paths.output_dir={tmp_path}",
-                *QUIET,
-            ],
-            return_hydra_config=True,
-        )
+    return compose(
+        ["hydra/launcher=slurm", "resources.max_time_min=null", *overrides, *QUIET], tmp_path, hydra=True
+    )
 
 
 def launcher_numbers(cfg) -> dict:

@@ -11,26 +11,19 @@ import stat
 from pathlib import Path
 
 import pytest
-from conftest import CONF, QUIET
-from hydra import compose, initialize_config_dir
+from conftest import QUIET
 from omegaconf import OmegaConf
 
 from launch.cluster.slurm_launcher import OneLineSubmissionErrors, attempts_line
 from src import slurm_time
+from src.configs import compose
 from src.errors import ConfigError
 from src.slurm_time import MIN_TIMEOUTS, SLACK, attempt_min, parse_slurm_time
 
 
 def slurm_config(overrides: list[str], tmp_path: Path):
     """The config a sweep on SLURM composes, its hydra node included."""
-    import src.engine.schema  # noqa: F401  registers the trainer schema and the resolvers
-
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose(
-            "config",
-            overrides=["hydra/launcher=slurm", *overrides, f"paths.output_dir={tmp_path}", *QUIET],
-            return_hydra_config=True,
-        )
+    return compose(["hydra/launcher=slurm", *overrides, *QUIET], tmp_path, hydra=True)
 
 
 def submitted(cfg) -> dict:

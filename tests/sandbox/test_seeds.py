@@ -261,7 +261,7 @@ def test_a_sweep_trains_one_set_per_cell_and_the_report_draws_the_grid(tmp_path,
 def test_p5s_ablations_sweep_one_key_at_p5s_recipe(name, key, count):
     """Each experiment=paper/p5_<ablation> is P5's recipe with one key swept: its cells are the
     values, and its last cell composes the recipe with that key's value."""
-    from launch.plan import compose as compose_cell
+    from src.configs import compose as compose_cell
     from src.sandbox.seeds import cells
 
     grid = cells([f"experiment=paper/p5_{name}"])
