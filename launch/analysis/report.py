@@ -3,7 +3,11 @@
 Groups completed runs by experiment, their identity without the seed (task, backbone, variant
 and its options, and every other setting: run length, recipe, data), and writes ``report.md``
 (mean ± std of the main metric over seeds, the number of seeds, the paper's number and gain
-beside ours; the settings that tell experiments of one task and backbone apart), the P4-style
+beside ours; the settings that tell experiments of one task and backbone apart), every
+experiment's paired effect against the baseline in its setting (``standard``, or ``--baseline``;
+its 95% interval, paired seeds and verdict, against ``--margin``'s δ or the claim's:
+:func:`launch.analysis.verdicts.effects`, with a forest plot per task and the paired differences
+over training), the P4-style
 steps each variant needs to reach ``standard``'s final metric, PNG plots (the metric over
 training per experiment with a band over seeds; κ over training), the runs that failed, failed
 to start, never finished or cannot be read (``unreadable``: a damaged or foreign record, a file
