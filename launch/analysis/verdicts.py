@@ -40,6 +40,13 @@ Measures (a claim's ``measure``):
                      Kaplan–Meier median of the first plateau, not in the mean.
 
 The report renders the verdicts as its *Claims* section (:func:`claims_section`).
+
+A comparison no claim makes is the same row without its claim: :func:`effects` compares every
+experiment but the baseline's (``standard``, or the one the report's ``--baseline`` names) with the
+baseline in its setting, paired by seed as the claims' rows are (:func:`pairings`), tested by the
+same paired t-test in the metric's own direction (*better*, *worse*, *equivalent* against δ,
+*inconclusive*), a task's rows one Holm family (:func:`adjust`); :func:`effects_section` renders
+them with the claims' row (:func:`_verdict_row`).
 """
 
 from __future__ import annotations
