@@ -7,6 +7,7 @@ registry, in a run and in the tables without any other edit.
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import shutil
@@ -186,3 +187,68 @@ def test_a_new_task_is_one_module_and_one_config(tmp_path):
     )
     assert refused.returncode == 2 and "Backbones for task=quadrants:" in refused.stderr
     assert "vit_digits" in refused.stderr.splitlines()[-1]
+
+
+#: a few steps at a high rate without warm-up: cheap, and the seeds' finals differ
+PAIRED = [
+    *("trainer.max_steps=8", "trainer.val_every=4", "trainer.monitor_every=0", "trainer.progress=none"),
+    *("optim.lr=1e-2", "sched.warmup_steps=0"),
+]
+
+
+def test_a_new_variant_gets_its_paired_effect_interval_and_verdict_against_standard(
+    suite_with_toy_variant, tmp_path
+):
+    """The toy variant trained beside ``standard`` on three seeds of digits: its row of results.csv
+    and results.json carries the effect, the 95% interval, the paired seeds, δ and the verdict that
+    scipy's paired t-test gives on the seeds' finals read from the run folders themselves."""
+    from scipy import stats
+
+    root, out, report = suite_with_toy_variant, tmp_path / "out", tmp_path / "report"
+    python(
+        root,
+        "-m",
+        "src.run",
+        "-m",
+        "attn=standard,scale_out",
+        "seed=0,1,2",
+        f"paths.output_dir={out}",
+        *PAIRED,
+    )
+    python(root, "-m", "launch.analysis.report", str(out), "--out", str(report), "--margin", "0.05")
+
+    summaries = [json.loads(p.read_text()) for p in out.rglob("summary.json")]
+    final = {(s["attn"], s["seed"]): s["final"][s["metric"]] for s in summaries}
+    mine, theirs = ([final[attn, seed] for seed in (0, 1, 2)] for attn in ("scale_out", "standard"))
+    diffs = [a - b for a, b in zip(mine, theirs, strict=True)]
+    assert len(set(diffs)) > 1, diffs  # a spread to test: the setting still separates the seeds
+    paired = stats.ttest_rel(mine, theirs)
+    low, high = paired.confidence_interval(0.95)
+    inside = paired.confidence_interval(0.90)  # TOST at 5%: the 90% interval inside ±δ
+    if stats.ttest_rel(mine, theirs, alternative="greater").pvalue < 0.025:
+        expected = "better"
+    elif stats.ttest_rel(mine, theirs, alternative="less").pvalue < 0.025:
+        expected = "worse"
+    elif -0.05 < inside.low and inside.high < 0.05:
+        expected = "equivalent"
+    else:
+        expected = "inconclusive"
+
+    with open(report / "results.csv", newline="") as f:
+        from_csv = [row for row in csv.DictReader(f) if row["kind"] == "group"]
+    from_json = [row for row in json.loads((report / "results.json").read_text()) if row["kind"] == "group"]
+    for rows, number in ((from_csv, float), (from_json, lambda x: x)):
+        (toy,) = [r for r in rows if r["attn"] == "scale_out"]
+        assert number(toy["effect"]) == pytest.approx(sum(diffs) / 3, abs=1e-12)
+        assert number(toy["ci_low"]) == pytest.approx(low, abs=1e-12)
+        assert number(toy["ci_high"]) == pytest.approx(high, abs=1e-12)
+        assert (int(toy["n_paired"]), number(toy["margin"]), toy["verdict"]) == (3, 0.05, expected)
+        (base,) = [r for r in rows if r["attn"] == "standard"]
+        assert base["effect"] in ("", None) and base["verdict"] in ("", None)  # the baseline itself
+    text = (report / "report.md").read_text()
+    section = text.split("## Effects against `standard`")[1].split("\n## ")[0]
+    (row,) = [line for line in section.splitlines() if "scale_out" in line]
+    assert row.startswith("| digits | scale_out | vit_digits |") and "| 3 |" in row
+    assert f"**{expected}**" in row
+    assert (report / "forest_digits.png").read_bytes()[:4] == b"\x89PNG"
+    assert (report / "differences_digits_vit_digits.png").read_bytes()[:4] == b"\x89PNG"

@@ -385,13 +385,28 @@ CHECKED_BY_TESTS: list[TestedClaim] = [
 ]
 
 
-def parse_margins(items: list[str]) -> dict[str, float]:
-    """``["P2-image=0.01"]`` as ``{"P2-image": 0.01}``; a ValueError naming what is wrong."""
+#: the key of :func:`parse_margins`' result that holds the δ of every comparison no claim names
+#: (``--margin 0.01`` without a claim: :func:`launch.analysis.verdicts.effects`)
+ANY_ROW = "*"
+
+
+def parse_margins(items: list[str], any_row: bool = False) -> dict[str, float]:
+    """``["P2-image=0.01"]`` as ``{"P2-image": 0.01}``; with ``any_row``, a bare number (``"0.01"``)
+    is the δ of every comparison no claim names, under :data:`ANY_ROW`. A ValueError naming what
+    is wrong."""
     keys = [c.key for c in CLAIMS]
     share_claims = {c.key for c in CLAIMS if c.measure in SHARE_MEASURES}
     margins = {}
     for item in items:
-        key, _, value = item.partition("=")
+        key, _, value = item.partition("=") if "=" in item or not any_row else (ANY_ROW, "", item)
+        if any_row and key == ANY_ROW:
+            try:
+                margins[key] = float(value)
+            except ValueError:
+                raise ValueError(f"--margin {item}: give a number (0.01) or CLAIM=DELTA") from None
+            if not margins[key] > 0:
+                raise ValueError(f"--margin {item}: a margin is a positive effect size")
+            continue
         if key not in keys:
             raise ValueError(f"--margin {item}: no claim {key!r} (claims: {', '.join(keys)})")
         try:

@@ -3,7 +3,11 @@
 Groups completed runs by experiment, their identity without the seed (task, backbone, variant
 and its options, and every other setting: run length, recipe, data), and writes ``report.md``
 (mean ± std of the main metric over seeds, the number of seeds, the paper's number and gain
-beside ours; the settings that tell experiments of one task and backbone apart), the P4-style
+beside ours; the settings that tell experiments of one task and backbone apart), every
+experiment's paired effect against the baseline in its setting (``standard``, or ``--baseline``;
+its 95% interval, paired seeds and verdict, against ``--margin``'s δ or the claim's:
+:func:`launch.analysis.verdicts.effects`, with a forest plot per task and the paired differences
+over training), the P4-style
 steps each variant needs to reach ``standard``'s final metric, PNG plots (the metric over
 training per experiment with a band over seeds; κ over training), the runs that failed, failed
 to start, never finished or cannot be read (``unreadable``: a damaged or foreign record, a file
@@ -51,7 +55,7 @@ from .claims import parse_margins
 from .glue_table import glue_section
 from .paper import P4_EPOCHS_TO_TARGET, lookup, reported_by
 from .plots import pngs
-from .records import Run, options, read_runs, read_wandb, variant_options
+from .records import Run, options, read_runs, read_wandb, variant_label, variant_options
 from .results import (
     Cell,
     Convergence,
@@ -66,7 +70,7 @@ from .results import (
 )
 from .settle import STATE, Plan, read_plan
 from .stats import Levels
-from .verdicts import claims_section, verdicts
+from .verdicts import Verdict, claims_section, effects, effects_section, is_baseline, verdicts
 
 
 def markdown(
@@ -75,10 +79,15 @@ def markdown(
     runs: list[Run],
     margins: dict[str, float] | None = None,
     settled: list[tuple[Path, Plan, dict[str, Levels]]] = (),
+    compared: list[Verdict] | None = None,
 ) -> str:
-    """The whole report: the results table, P4's steps, the claims (``margins``: the user's δ by
-    claim; ``settled``: the plans of sweeps settled by :mod:`launch.analysis.settle`, whose looks' levels
-    their rows are read at), the runs not counted."""
+    """The whole report: the results table, every row's effect against the baseline
+    (``compared``, :func:`comparisons`; against ``standard`` where not given), P4's steps, the
+    claims (``margins``: the user's δ by claim; ``settled``: the plans of sweeps settled by
+    :mod:`launch.analysis.settle`, whose looks' levels their rows are read at), the runs not
+    counted."""
+    if compared is None:
+        compared = comparisons(of_experiments(runs), margins, settled)
     lines = [
         "# Results",
         "",
@@ -96,6 +105,7 @@ def markdown(
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     lines += [_cell_row(row) for c in cells for row in (c, *_rows_it_stands_for(c))]
+    lines += effects_section(compared, compared[0].baseline_label if compared else "standard")
     lines += [
         "",
         "## Steps to reach `standard`'s final validation metric (P4)",
@@ -122,11 +132,31 @@ def markdown(
             f"{v.reached}/{v.seeds} | "
             f"{ratio} | {p4_ratio} |"
         )
-    levels = {e: lv for _, _, by_experiment in settled for e, lv in by_experiment.items()}
     rules = [f"`{root}`: {plan.describe()}." for root, plan, _ in settled]
-    found = verdicts(of_experiments(runs), margins=margins, levels=levels)
+    found = verdicts(of_experiments(runs), margins=margins, levels=settled_levels(settled))
     sections = [*glue_section(of_experiments(runs)), *claims_section(found, rules), *not_counted(runs)]
     return "\n".join([*lines, *sections]) + "\n"
+
+
+def settled_levels(settled: list[tuple[Path, Plan, dict[str, Levels]]]) -> dict[str, Levels]:
+    """``{experiment: levels}`` of the settled sweeps' looks (:mod:`launch.analysis.settle`)."""
+    return {e: lv for _, _, by_experiment in settled for e, lv in by_experiment.items()}
+
+
+def comparisons(
+    runs: list[Run],
+    margins: dict[str, float] | None = None,
+    settled: list[tuple[Path, Plan, dict[str, Levels]]] = (),
+    baseline: str | None = None,
+) -> list[Verdict]:
+    """Every experiment of ``runs`` against ``baseline`` (``standard`` where None) in its setting,
+    read at its settled sweep's levels where it has one (:func:`launch.analysis.verdicts.effects`):
+    what report.md, results.csv, results.json and the forest plots show, computed once. A
+    ValueError when ``baseline`` is named and no run is of it."""
+    if baseline and not any(is_baseline(r, baseline) for r in runs if r.status != "unreadable"):
+        named = sorted({variant_label(r) for r in runs if r.status != "unreadable"})
+        raise ValueError(f"--baseline {baseline}: no run of it (runs of: {', '.join(named)})")
+    return effects(runs, baseline or "standard", margins, settled_levels(settled))
 
 
 def _rows_it_stands_for(c: Cell) -> list[Cell]:
@@ -239,22 +269,29 @@ def cell(value: Any) -> str:
 
 FIELDS = (
     "kind task backbone attn options settings seed seeds steps epochs wall_s status error metric split "
-    "final checkpoint best best_split mean std n note experiment run_dir"
+    "final checkpoint best best_split mean std n note effect ci_low ci_high n_paired margin verdict "
+    "verdict_holm experiment run_dir"
 ).split()
-TYPES = {"seed": int, "steps": int, "n": int, "seeds": list} | dict.fromkeys(
-    ("epochs", "wall_s", "final", "best", "mean", "std"), float
+TYPES = {"seed": int, "steps": int, "n": int, "n_paired": int, "seeds": list} | dict.fromkeys(
+    ("epochs", "wall_s", "final", "best", "mean", "std", "effect", "ci_low", "ci_high", "margin"), float
 )  # the rest are strings: what the csv needs to read back as the json holds it
 
 
-def export_rows(runs: list[Run]) -> list[dict[str, Any]]:
+def export_rows(runs: list[Run], compared: list[Verdict] | None = None) -> list[dict[str, Any]]:
     """Every run (``kind=run``), then every experiment of completed runs (``kind=group``), as rows
     with the :data:`FIELDS` keys, None where a key does not apply (*error*: why a run did not
     complete, or cannot be read). *options*: the variant's
     non-default options; *settings*: what else tells the experiment apart. A run's *final* is its
     test number where it has one, else its final validation value (*split*, *checkpoint* say
     which); *best* its best validation value. A group's *mean*, *std* (None for one seed), *n* and
-    *seeds* are over one split (*split*; *note* when some seeds had test numbers and some not)."""
+    *seeds* are over one split (*split*; *note* when some seeds had test numbers and some not).
+    A group that is not the baseline's carries its comparison with it (``compared``,
+    :func:`comparisons`; against ``standard`` where not given): *effect*, *ci_low*, *ci_high* (95%),
+    *n_paired*, *margin* (δ, None where none is given), *verdict* and *verdict_holm*."""
     settings = options(of_experiments(runs))
+    if compared is None:
+        compared = comparisons(of_experiments(runs))
+    by_experiment = {v.experiment: v for v in compared}
     rows = []
     for r in sorted(runs, key=lambda r: (r.task, r.backbone, r.attn, r.experiment, r.seed, r.name)):
         number = r.reported if r.status in ("completed", "disagrees") else None
@@ -290,9 +327,25 @@ def export_rows(runs: list[Run]) -> list[dict[str, Any]]:
                 "std": statistics.stdev(values) if len(values) > 1 else None,
                 "n": len(values),
                 "note": note or None,
+                **effect_keys(by_experiment.get(members[0].experiment)),
             }
         )
     return [{k: row.get(k) for k in FIELDS} for row in rows]
+
+
+def effect_keys(v: Verdict | None) -> dict[str, Any]:
+    """A comparison's keys of an export row (none for the baseline, or a row without one)."""
+    if v is None:
+        return {}
+    return {
+        "effect": v.effect,
+        "ci_low": v.low,
+        "ci_high": v.high,
+        "n_paired": v.n,
+        "margin": v.margin,
+        "verdict": v.verdict,
+        "verdict_holm": v.adjusted,
+    }
 
 
 def _common(run: Run, settings: dict) -> dict[str, Any]:
@@ -394,11 +447,18 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         default=[],
         metavar="CLAIM=DELTA",
-        help="a claim's smallest effect of interest, in its measure's units (P2-image=0.01); repeatable",
+        help="a claim's smallest effect of interest, in its measure's units (P2-image=0.01), or a bare "
+        "DELTA for every comparison no claim names (0.01: one point of accuracy); repeatable",
+    )
+    parser.add_argument(
+        "--baseline",
+        metavar="VARIANT",
+        help="what every row is compared with: a variant with its options that are not defaults, as "
+        "the table names it ('spectral mode=svd'; default: standard)",
     )
     args = parser.parse_args(argv)
     try:
-        margins = parse_margins(args.margin)
+        margins = parse_margins(args.margin, any_row=True)
         for root in args.runs:  # read_plan reads it by name: a regular file within its limit first
             state = root / STATE
             if state.exists() or state.is_symlink():
@@ -427,11 +487,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out = args.out or (args.runs[0] / "report" if args.runs else Path("report"))
     counted = of_experiments(runs)
-    text = markdown(table(counted), convergence(counted), runs, margins, settled)
-    text += "\n".join(seed_lines) + ("\n" if seed_lines else "")
-    plots = {**pngs(counted), **seed_pngs}
     try:
-        write_files(out, {"report.md": text.encode(), **exports(export_rows(runs)), **plots})
+        compared = comparisons(counted, margins, settled, args.baseline)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    text = markdown(table(counted), convergence(counted), runs, margins, settled, compared)
+    text += "\n".join(seed_lines) + ("\n" if seed_lines else "")
+    plots = {**pngs(counted, compared, args.baseline), **seed_pngs}
+    try:
+        write_files(out, {"report.md": text.encode(), **exports(export_rows(runs, compared)), **plots})
     except RecordError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -71,9 +71,15 @@ def fmt(value: float | None, metric: str) -> str:
     """A number as the tables print it: accuracies and APs in %, "—" for none."""
     if value is None:
         return "—"
-    if "acc" in metric or "mAP" in metric:  # fractions, printed as the papers do: in %
-        return f"{100 * value:.2f}"
+    if printed_scale(metric) != 1:
+        return f"{printed_scale(metric) * value:.2f}"
     return f"{value:.4g}"
+
+
+def printed_scale(metric: str) -> float:
+    """What a value of ``metric`` is multiplied by as printed: accuracies and APs are fractions,
+    printed as the papers do, in % (100); the rest as they are (1)."""
+    return 100 if "acc" in metric or "mAP" in metric else 1
 
 
 def describe(settings: dict) -> str:

@@ -40,6 +40,13 @@ Measures (a claim's ``measure``):
                      Kaplan–Meier median of the first plateau, not in the mean.
 
 The report renders the verdicts as its *Claims* section (:func:`claims_section`).
+
+A comparison no claim makes is the same row without its claim: :func:`effects` compares every
+experiment but the baseline's (``standard``, or the one the report's ``--baseline`` names) with the
+baseline in its setting, paired by seed as the claims' rows are (:func:`pairings`), tested by the
+same paired t-test in the metric's own direction (*better*, *worse*, *equivalent* against δ,
+*inconclusive*), a task's rows one Holm family (:func:`adjust`); :func:`effects_section` renders
+them with the claims' row (:func:`_verdict_row`).
 """
 
 from __future__ import annotations
@@ -54,16 +61,17 @@ from src.sandbox.stages import stages as curve_stages
 
 from . import reading_files, stats
 from . import time_to_quality as ttq
-from .claims import CHECKED_BY_TESTS, CLAIMS, SEED_SET_MEASURES, Claim
-from .records import Run, options
-from .results import fmt
+from .claims import ANY_ROW, CHECKED_BY_TESTS, CLAIMS, SEED_SET_MEASURES, Claim
+from .records import Run, options, variant_label
+from .results import describe, fmt, not_attn, tested
 
 
 @dataclass
 class Verdict:
-    """One claim on one task for one reading."""
+    """One claim on one task for one reading; or, with no ``claim``, one comparison of a reading
+    with its baseline (:func:`effects`: every row of the report that is not the baseline)."""
 
-    claim: Claim
+    claim: Claim | None
     task: str
     reading: str  # the variant's options (what tells this experiment apart)
     n: int  # seeds paired with standard (or, for ``stages``, standard's seeds that learn)
@@ -92,13 +100,27 @@ class Verdict:
     reading_file: str = ""  # the conf/reading/ file its runs match ("" where none does)
     role: str = ""  # primary (the claim's reading, chosen from the text) | exploratory | confirm
     family: int = 1  # the rows of its Holm family with a test (set by adjust())
+    variant: str = ""  # with no claim: the compared variant with its options (``scale_out factor=0.25``)
+    baseline_label: str = ""  # with no claim: what it is compared with (``standard``)
+
+    @property
+    def measure(self) -> str:
+        """The claim's measure; a comparison without a claim compares the runs' main metric."""
+        return self.claim.measure if self.claim else "final"
 
     @property
     def verdict(self) -> str:
         """The verdict at the unadjusted levels (:func:`launch.analysis.stats.three_way`)."""
         if self.test is None:
             return "no data" if self.n == 0 else "inconclusive"
-        return stats.three_way(self.test.p_for, self.test.p_against, self.test.p_equivalent, self.levels)
+        return self.named(
+            stats.three_way(self.test.p_for, self.test.p_against, self.test.p_equivalent, self.levels)
+        )
+
+    def named(self, verdict: str) -> str:
+        """A verdict in the row's words: a claim's (*reproduced*, *contradicted*), or, for a
+        comparison no claim makes, which way the metric moved (*better*, *worse*)."""
+        return verdict if self.claim else COMPARED.get(verdict, verdict)
 
     @property
     def tested_at(self) -> stats.Levels:
@@ -124,6 +146,9 @@ class Verdict:
         level = stats.tested_at(self.levels, self.family, planned=True)
         return stats.seeds_needed(self.test.sd, self.margin, alpha=level.side)
 
+
+#: a comparison's verdicts (no claim, so no paper's side): the metric's own direction
+COMPARED = {"reproduced": "better", "contradicted": "worse"}
 
 #: The points of training a monitor measure is read at, each its own family: before the first
 #: step, the mean over the monitor steps strictly between the first and the last, and the last.
@@ -231,7 +256,7 @@ def adjust(family: list[Verdict]) -> list[Verdict]:
         zip(map(id, with_margin), stats.holm([v.test.p_equivalent for v in with_margin]), strict=True)
     )
     for v, up, down in zip(tested, p_for, p_against, strict=True):
-        v.adjusted = stats.three_way(up, down, p_equivalent.get(id(v)), v.levels)
+        v.adjusted = v.named(stats.three_way(up, down, p_equivalent.get(id(v)), v.levels))
         v.family = len(tested)
     for v in family:
         v.adjusted = v.adjusted or v.verdict
@@ -311,23 +336,116 @@ class Pairing:
         return v
 
 
-def pairings(claim: Claim, every: list[Run]) -> list[Pairing]:
-    """The claim's variant's readings found in ``every``, each with ``standard`` in its setting;
-    a reading without a completed ``standard`` beside it has nothing to be compared with."""
+def pairings(claim: Claim | None, every: list[Run], baseline: str = "standard") -> list[Pairing]:
+    """The claim's variant's readings found in ``every`` (no claim: every experiment but the
+    baseline's), each with its baseline in its setting: the same identity but the variant and its
+    options (:attr:`Run.context`), the baseline being ``standard`` or the variant with options
+    that ``baseline`` names (``spectral mode=svd``). A reading without a completed baseline
+    beside it has nothing to be compared with."""
     by_experiment: dict[str, list[Run]] = defaultdict(list)
     for r in every:
         by_experiment[r.experiment].append(r)
-    baselines = {m[0].context: m for m in by_experiment.values() if m[0].attn == "standard"}
+    baselines = {m[0].context: m for m in by_experiment.values() if is_baseline(m[0], baseline)}
     labels = reading_labels(every)
     out = []
     for experiment, everyone in sorted(by_experiment.items(), key=lambda kv: labels[kv[0]]):
         every_base = baselines.get(everyone[0].context)
-        if everyone[0].attn != claim.variant or every_base is None:
+        skip = is_baseline(everyone[0], baseline) if claim is None else everyone[0].attn != claim.variant
+        if skip or every_base is None:
             continue
         members, base = [r for r in everyone if counted(r)], [r for r in every_base if counted(r)]
         if base:
             out.append(Pairing(experiment, labels[experiment], everyone, every_base, members, base))
     return out
+
+
+def is_baseline(run: Run, baseline: str) -> bool:
+    """Whether ``run`` is of the baseline ``baseline`` names: a variant with the options that are
+    not its defaults (``standard``, ``spectral mode=svd``: :func:`launch.analysis.records.variant_label`)."""
+    return run.attn == baseline.split(" ", 1)[0] and variant_label(run) == baseline
+
+
+def effects(
+    runs: list[Run],
+    baseline: str = "standard",
+    margins: dict[str, float] | None = None,
+    levels: dict[str, stats.Levels] | None = None,
+) -> list[Verdict]:
+    """Every experiment of ``runs`` but the baseline's, against the baseline in its setting (the
+    same task, backbone, budget and every other setting: :func:`pairings`), one claimless
+    :class:`Verdict` each: the mean per-seed difference of the main metric over the seeds both
+    have, its 95% interval and the verdict (*better*, *worse*, *equivalent* inside ±δ,
+    *inconclusive*) in the metric's own direction. Both arms' numbers are test numbers where
+    every seed of both has one, else final validation values. δ: ``margins``'
+    (:func:`launch.analysis.claims.parse_margins`) of the claim that names the row (a ``final``
+    claim on the variant and task, against ``standard``), else the claim's own δ, else the one
+    given for every row (:data:`launch.analysis.claims.ANY_ROW`).
+    ``levels``: as :func:`verdicts`'. A task's rows are one Holm family (:func:`adjust`)."""
+    readable = [r for r in runs if r.status != "unreadable"]
+    out = []
+    for task in sorted({r.task for r in readable}):
+        here = [r for r in readable if r.task == task]
+        settings = options(here)
+        found = [_effect(p, baseline, margins or {}, settings) for p in pairings(None, here, baseline)]
+        for v in found:
+            v.levels = (levels or {}).get(v.experiment, stats.FIXED)
+        out += adjust(found)
+    return out
+
+
+def naming_claim(run: Run, baseline: str) -> Claim | None:
+    """The claim whose ``final`` measure compares ``run``'s variant with ``standard`` on its task."""
+    if baseline != "standard":
+        return None
+    return next(
+        (c for c in CLAIMS if c.measure == "final" and c.variant == run.attn and run.task in c.tasks), None
+    )
+
+
+def _effect(pair: Pairing, baseline: str, margins: dict[str, float], settings: dict[str, dict]) -> Verdict:
+    """One comparison of :func:`effects`: the pair's reading against its baseline; ``settings``:
+    what tells the task's experiments apart (:func:`launch.analysis.records.options`), its reading
+    with the backbone (and where δ comes from, when a claim gives it)."""
+    members, base, first = pair.members, pair.base, pair.everyone[0]
+    split = "test" if all(tested(r) for r in members + base) else "val"
+    mine, theirs = ({r.seed: _final(r, split) for r in arm} for arm in (members, base))
+    seeds = sorted(set(mine) & set(theirs))
+    diffs = [mine[s] - theirs[s] for s in seeds]
+    sign = 1 if base[0].higher_is_better else -1
+    claim = naming_claim(first, baseline)
+    own = margins.get(claim.key, claim.margin) if claim else None
+    margin = own if own is not None else margins.get(ANY_ROW)
+    test = stats.paired_test(diffs, sign, margin)
+    shown = describe(not_attn(settings.get(pair.experiment, {})))
+    whence = [f"δ {claim.key}'s"] if own is not None else []
+    reading = " · ".join([first.backbone] + ([] if shown == "—" else [shown]) + whence)
+    return Verdict(
+        None,
+        first.task,
+        reading,
+        len(seeds),
+        statistics.fmean(theirs[s] for s in seeds) if seeds else None,
+        statistics.fmean(mine[s] for s in seeds) if seeds else None,
+        test.mean if test else (diffs[0] if diffs else None),
+        None if test is None else test.low,
+        None if test is None else test.high,
+        _entropy(members),
+        claimed_sign=sign,
+        metric=base[0].reported.key if split == "test" else base[0].metric or "",
+        test=test,
+        margin=margin,
+        budget=budget_of(first),
+        not_counted=left_out(pair.everyone + pair.every_base, set(seeds)),
+        experiment=pair.experiment,
+        baseline_experiment=pair.every_base[0].experiment,
+        variant=variant_label(first),
+        baseline_label=baseline,
+    )
+
+
+def _final(run: Run, split: str) -> float:
+    """``run``'s number on ``split``: its test number, or its final validation value."""
+    return run.reported.value if split == "test" else run.final[run.metric]
 
 
 def _paired(
@@ -575,9 +693,7 @@ def claims_section(found: list[Verdict], stopping: list[str] = ()) -> list[str]:
             "",
             f"Paper: {claim.paper}. Measure: `{claim.measure}`. {_kind(claim)}δ: {_margin(claim, found)}.",
             "",
-            "| task | variant | reading | budget | n | ours | effect [95% CI] | MDE | seeds for δ "
-            "| entropy | verdict | Holm |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+            *TABLE,
         ]
         lines += [_verdict_row(v) for v in found if v.claim == claim]
     if CHECKED_BY_TESTS:
@@ -586,8 +702,44 @@ def claims_section(found: list[Verdict], stopping: list[str] = ()) -> list[str]:
     return lines
 
 
+def effects_section(found: list[Verdict], baseline: str = "standard") -> list[str]:
+    """The "Effects" section: every row of :func:`effects`, per task, in :data:`TABLE`'s shape."""
+    if not found:
+        return []
+    lines = [
+        "",
+        f"## Effects against `{baseline}`",
+        "",
+        f"Every experiment of the table but `{baseline}`'s, against `{baseline}` in the same setting (task, "
+        "backbone, budget and every other setting; the variant and its options apart), paired by seed: "
+        f"*ours* is `{baseline}` → the reading (means over the seeds both have: test numbers where every "
+        "seed of both has one, else final validation values), *effect* the mean per-seed difference "
+        "with its 95% Student-t interval, *n* the paired seeds (the runs left out named). *better* / "
+        "*worse*: the interval excludes 0 on the metric's better / worse side; *equivalent*: the 90% "
+        "interval lies inside ±δ, δ given with `--margin DELTA` (in the metric's units: 0.01 is one "
+        "point of accuracy), or the claim's δ where a claim names the row (*reading* says so); "
+        "*inconclusive*: none of these. *Holm*: the verdict with the p-values adjusted over the task's "
+        "rows. *MDE* and *seeds for δ* as in the Claims section. The forest plot of each task "
+        "(`forest_<task>.png`) draws these rows; `differences_<task>_<backbone>.png` the paired "
+        "differences over training.",
+    ]
+    for task in dict.fromkeys(v.task for v in found):
+        lines += ["", f"### {task}", "", *TABLE]
+        lines += [_verdict_row(v) for v in found if v.task == task]
+    return lines
+
+
+#: the head of a table of :func:`_verdict_row` rows (the claims' and the comparisons')
+TABLE = (
+    "| task | variant | reading | budget | n | ours | effect [95% CI] | MDE | seeds for δ "
+    "| entropy | verdict | Holm |",
+    "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+)
+
+
 def _verdict_row(v: Verdict) -> str:
-    measure = v.claim.measure
+    """One row of :data:`TABLE`: a claim's verdict, or a comparison's (no claim)."""
+    measure = v.measure
     if measure in ("stages", "time_to_target"):
         ours = v.note
     else:
@@ -605,8 +757,9 @@ def _verdict_row(v: Verdict) -> str:
     n = f"{v.n} (not counted: {v.not_counted})" if v.not_counted else str(v.n)
     name = f"`{v.reading_file}`" if v.reading_file else ""
     reading = " ".join(filter(None, [name, "**primary**" if v.role == "primary" else "", v.reading]))
+    variant = v.variant or v.claim.variant
     return (
-        f"| {v.task} | {v.claim.variant} | {reading} | {v.budget or '—'} | {n} | {ours} | {effect} "
+        f"| {v.task} | {variant} | {reading} | {v.budget or '—'} | {n} | {ours} | {effect} "
         f"| {detectable} | {seeds} | {entropy} "
         f"| **{v.verdict}**{_words(v, v.verdict)}{only_raw}{exploratory} "
         f"| {v.adjusted}{_words(v, v.adjusted)} |"
@@ -619,7 +772,7 @@ NOT_WORSE = {"reproduced": " (not worse)", "contradicted": " (worse)"}
 
 def _words(v: Verdict, verdict: str) -> str:
     """`` (not worse)`` / `` (worse)`` after a non-inferiority claim's verdict (else nothing)."""
-    return NOT_WORSE.get(verdict, "") if v.claim.kind == "non-inferiority" else ""
+    return NOT_WORSE.get(verdict, "") if v.claim and v.claim.kind == "non-inferiority" else ""
 
 
 def _kind(claim: Claim) -> str:
@@ -656,16 +809,16 @@ def _measured(v: Verdict, value: float | None) -> str:
     """A mean of the claim's measure: the metric as the tables print it, κ as a power of 10."""
     if value is None:
         return "—"
-    if v.claim.measure.startswith("monitor:kappa"):
+    if v.measure.startswith("monitor:kappa"):
         return f"10^{value:.2f}"
-    return fmt(value, v.metric) if v.claim.measure == "final" else f"{value:.2f}"
+    return fmt(value, v.metric) if v.measure == "final" else f"{value:.2f}"
 
 
 def _signed(v: Verdict, value: float) -> str:
     """A difference: in the metric's printed unit (accuracy points) for ``final``."""
-    if v.claim.measure == "final":
+    if v.measure == "final":
         text = fmt(abs(value), v.metric)
         return ("−" if value < 0 else "+") + text
-    if v.claim.measure == "time_to_target":  # a ratio of medians, not a difference
+    if v.measure == "time_to_target":  # a ratio of medians, not a difference
         return "∞" if math.isinf(value) else f"{value:.2f}×"
     return f"{value:+.3f}"

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import one_error_line
 from omegaconf import OmegaConf
 
 from launch.analysis import report
@@ -356,3 +357,119 @@ def test_a_seed_that_never_reaches_the_target_is_censored_not_dropped():
     conv = {c.attn: c for c in report.convergence(base + late)}
     assert conv["cond_init"].reached == 1 and conv["cond_init"].seeds == 3
     assert conv["cond_init"].steps is None
+
+
+# -- every row's effect against the baseline: the forest plot and the paired differences -----------
+
+
+@pytest.fixture
+def paired_root(tmp_path) -> Path:
+    """Three seeds of ``standard`` and ``cond_init``, two of ``precond``, each with the monitor's
+    entropy from step 0 (as the trainer logs it before the first step)."""
+    finals = {"standard": [0.80, 0.81, 0.82], "cond_init": [0.83, 0.835, 0.86], "precond": [0.79, 0.805]}
+    for attn, values in finals.items():
+        for seed, final in enumerate(values):
+            folder = write_run(tmp_path, attn, seed, [final * s / 1000 for s in STEPS])
+            rows = [
+                {"step": s, "split": "monitor", "entropy/P/median": 0.9 - final * s / 10_000 + seed / 100}
+                for s in (0, 500, 1000)
+            ]
+            with open(folder / "metrics.jsonl", "a") as f:
+                f.write("".join(json.dumps(r) + "\n" for r in rows))
+    return tmp_path
+
+
+def test_the_forest_plot_draws_the_effects_and_intervals_of_the_table(paired_root):
+    from launch.analysis.plots import comparison_figures, forest_rows
+
+    assert report.main([str(paired_root), "--out", str(paired_root / "out"), "--margin", "0.02"]) == 0
+    table = {
+        r["attn"]: r
+        for r in json.loads((paired_root / "out" / "results.json").read_text())
+        if r["kind"] == "group" and r["effect"] is not None
+    }
+    runs = read_runs([paired_root])
+    compared = report.comparisons(runs, {"*": 0.02})
+    rows = forest_rows(compared)
+    assert [v.variant for v in compared] == ["cond_init", "precond"] == sorted(table)
+    for v, row in zip(compared, rows, strict=True):  # in points, as the tables print accuracy
+        exported = table[v.variant]
+        assert (row.effect, row.low, row.high, row.margin) == pytest.approx(
+            (100 * exported["effect"], 100 * exported["ci_low"], 100 * exported["ci_high"], 2.0)
+        )
+    made = dict(comparison_figures(runs, compared))
+    (ax,) = made["forest_imagenet.png"].axes
+    (bars,) = ax.containers  # the dots and their interval bars, top row first
+    assert list(bars.lines[0].get_xdata()) == pytest.approx([r.effect for r in rows])
+    (segments,) = [c for c in ax.collections if len(c.get_segments()) == len(rows)]
+    ends = [x for segment in segments.get_segments() for x in (segment[0][0], segment[1][0])]
+    assert ends == pytest.approx([x for r in rows for x in (r.low, r.high)])
+    zero = [line for line in ax.lines if list(line.get_xdata()) == [0, 0]]
+    assert zero and zero[0].get_color() == "black"  # the baseline, as in every plot
+    ticks = sorted(x for line in ax.lines if line.get_label() == "±δ" for x in line.get_xdata())
+    assert ticks == pytest.approx([-2.0, 2.0])  # ±δ (a line per row: the first one is named)
+    assert len([line for line in ax.lines if line.get_marker() == "|" and line.get_color() == "grey"]) == 2
+
+
+def test_paired_differences_start_at_step_0_and_average_the_per_seed_differences(paired_root):
+    from scipy import stats
+
+    from launch.analysis.plots import comparison_figures, paired_differences
+    from launch.analysis.verdicts import pairings
+
+    runs = read_runs([paired_root])
+    (pair,) = [p for p in pairings(None, runs) if p.members[0].attn == "cond_init"]
+    base = {r.seed: r for r in pair.base}
+    pairs = sorted(((r, base[r.seed]) for r in pair.members), key=lambda p: p[0].seed)
+    found = paired_differences(pairs, "entropy/P/median", "monitor")
+    assert found.steps == [0, 500, 1000] and found.n == 3
+    for i, step in enumerate(found.steps):
+        per_seed = [
+            dict(zip(*mine.series("entropy/P/median", "monitor"), strict=True))[step]
+            - dict(zip(*theirs.series("entropy/P/median", "monitor"), strict=True))[step]
+            for mine, theirs in pairs
+        ]
+        assert found.mean[i] == pytest.approx(sum(per_seed) / 3)
+        half = stats.t.ppf(0.975, 2) * stats.tstd(per_seed) / 3**0.5
+        assert (found.low[i], found.high[i]) == pytest.approx((found.mean[i] - half, found.mean[i] + half))
+    final = paired_differences(pairs, "val/acc")
+    (row,) = [v for v in report.comparisons(runs) if v.variant == "cond_init"]
+    assert final.steps[-1] == 1000 and final.mean[-1] == pytest.approx(row.effect)  # the table's effect
+    fig = dict(comparison_figures(runs))["differences_imagenet_vit_base.png"]
+    entropy = next(ax for ax in fig.axes if "entropy" in ax.get_title())
+    drawn = {line.get_label(): line for line in entropy.lines}
+    assert list(drawn["cond_init (n=3)"].get_xdata()) == [0, 500, 1000]
+    assert drawn["standard (0)"].get_color() == "black"
+
+
+def test_one_point_is_drawn_as_a_marker_and_the_baseline_in_its_colour_everywhere(tmp_path):
+    from matplotlib.colors import to_rgba
+
+    from launch.analysis.plots import figures
+
+    for seed in (0, 1):
+        write_run(tmp_path, "standard", seed, [0.8])  # one validation point each
+        write_run(tmp_path, "cond_init", seed, [0.81 + seed / 100])
+    made = dict(figures(read_runs([tmp_path]), baseline="cond_init"))
+    (ax,) = made["curves_imagenet_vit_base.png"].axes
+    lines = {line.get_label(): line for line in ax.lines}
+    assert all(line.get_marker() == "o" for line in lines.values())  # one step: visible as a dot
+    assert to_rgba(lines["cond_init (n=2)"].get_color()) == to_rgba("black")  # the baseline asked for
+    assert to_rgba(lines["standard (n=2)"].get_color()) != to_rgba("black")
+
+
+def test_baseline_and_margin_options_and_their_errors(paired_root, capsys):
+    out = paired_root / "out"
+    assert (
+        report.main([str(paired_root), "--out", str(out), "--baseline", "cond_init", "--margin", "0.5"]) == 0
+    )
+    groups = {r["attn"]: r for r in json.loads((out / "results.json").read_text()) if r["kind"] == "group"}
+    assert groups["cond_init"]["effect"] is None  # now the baseline
+    assert groups["standard"]["effect"] == pytest.approx(0.81 - (0.83 + 0.835 + 0.86) / 3)
+    assert (groups["standard"]["margin"], groups["standard"]["verdict"]) == (0.5, "worse")
+    assert groups["precond"]["n_paired"] == 2
+    capsys.readouterr()
+    assert report.main([str(paired_root), "--baseline", "spectral"]) == 2
+    assert one_error_line(capsys.readouterr().err).startswith("error: --baseline spectral: no run of it")
+    assert report.main([str(paired_root), "--margin", "wide"]) == 2
+    assert "--margin wide: give a number" in capsys.readouterr().err
