@@ -45,12 +45,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from launch.tools.flops import step_cost
+from src.command import command_parser, run_command
 from src.configs import axes, combinations, compose, loader
 from src.errors import ConfigError
 
@@ -511,11 +511,11 @@ def totals(plans: list[tuple[str, list[Row]]], gpus: int, gpu: str) -> str:
     return "\n".join(lines)
 
 
-def parse(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m launch.plan", description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "overrides", nargs="*", metavar="key=value", help="the sweep's overrides (-m is optional)"
-    )
+def command_line() -> argparse.ArgumentParser:
+    """The command line (see the module's docstring)."""
+    parser = command_parser(__spec__.name, __doc__)
+    parser.add_argument("overrides", nargs="*", metavar="key=value", help="the sweep's overrides")
+    parser.add_argument("-m", "--multirun", action="store_true", help="optional: a sweep is planned as one")
     parser.add_argument(
         "--gpu", default=DEFAULT_GPU, help=f"one of {', '.join(GPUS)} (default {DEFAULT_GPU})"
     )
@@ -543,46 +543,51 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--references", action="store_true", help="the reference rows against their published costs"
     )
-    return parser.parse_args([a for a in argv if a not in ("-m", "--multirun")])
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Print the plan; one ``error:`` line and 2 on bad input."""
+    """Print the plan; one ``error:`` line and 2 on bad input (Hydra's grammar and composition
+    errors with their type)."""
+    return run_command(
+        command_line(),
+        print_plan,
+        argv,
+        intermixed=True,
+        expected=(OSError, json.JSONDecodeError),
+        named=(Exception,),
+    )
+
+
+def print_plan(args: argparse.Namespace) -> int:
+    """The command's work: the sweeps' costs computed, then tabled."""
     from src.precheck import precheck
 
-    args = parse(sys.argv[1:] if argv is None else argv)
-    try:
-        if args.gpu not in GPUS:
-            raise ConfigError(f"--gpu {args.gpu}: not in the table; one of {', '.join(GPUS)}")
-        if not 0 < args.mfu <= 1 or args.gpus < 1 or (args.launch_us is not None and args.launch_us < 0):
-            raise ConfigError("--mfu is a fraction in (0, 1], --gpus at least 1 and --launch-us at least 0")
-        measured = json.loads(args.measured.read_text()) if args.measured else None
-        if measured is not None and (not isinstance(measured, dict) or measured.get("dry")):
-            raise ConfigError(
-                f"--measured {args.measured}: not a real launch.tools.gpu_check result (a --dry one times "
-                "tiny shapes): run python -m launch.tools.gpu_check on a CUDA GPU"
-            )
-        launch_s = measured_launch(measured) or LAUNCH_S
-        if args.launch_us is not None:
-            launch_s = args.launch_us * 1e-6
-        if args.references:
-            print(references_table(args.mfu, launch_s))
-            return 0
-        if args.all:
-            sweeps = [(name, [*overrides, *args.overrides]) for name, overrides in TABLES]
-        else:
-            sweeps = [(" ".join(each), each) for each in per_experiment(args.overrides)]
-        costs: dict = {}
-        plans = []
-        for name, each in sweeps:
-            precheck(["-m", *each])  # src.run's refusals: a key no config has (did you mean …), …
-            plans.append((name, plan(each, args.gpu, args.mfu, measured, launch_s, costs)))
-    except (ConfigError, OSError, json.JSONDecodeError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    except Exception as error:  # noqa: BLE001  Hydra's grammar and composition errors
-        print(f"error: {type(error).__name__}: {str(error).splitlines()[0]}", file=sys.stderr)
-        return 2
+    if args.gpu not in GPUS:
+        raise ConfigError(f"--gpu {args.gpu}: not in the table; one of {', '.join(GPUS)}")
+    if not 0 < args.mfu <= 1 or args.gpus < 1 or (args.launch_us is not None and args.launch_us < 0):
+        raise ConfigError("--mfu is a fraction in (0, 1], --gpus at least 1 and --launch-us at least 0")
+    measured = json.loads(args.measured.read_text()) if args.measured else None
+    if measured is not None and (not isinstance(measured, dict) or measured.get("dry")):
+        raise ConfigError(
+            f"--measured {args.measured}: not a real launch.tools.gpu_check result (a --dry one times "
+            "tiny shapes): run python -m launch.tools.gpu_check on a CUDA GPU"
+        )
+    launch_s = measured_launch(measured) or LAUNCH_S
+    if args.launch_us is not None:
+        launch_s = args.launch_us * 1e-6
+    if args.references:
+        print(references_table(args.mfu, launch_s))
+        return 0
+    if args.all:
+        sweeps = [(name, [*overrides, *args.overrides]) for name, overrides in TABLES]
+    else:
+        sweeps = [(" ".join(each), each) for each in per_experiment(args.overrides)]
+    costs: dict = {}
+    plans = []
+    for name, each in sweeps:
+        precheck(["-m", *each])  # src.run's refusals: a key no config has (did you mean …), …
+        plans.append((name, plan(each, args.gpu, args.mfu, measured, launch_s, costs)))
     for name, rows in plans:
         if len(plans) > 1:
             print(f"\n## {name}\n")
@@ -600,4 +605,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

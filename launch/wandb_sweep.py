@@ -26,8 +26,9 @@ from typing import Any
 
 import yaml
 
+from src.command import command_parser, run_command
 from src.configs import axes, combinations, compose
-from src.engine.record.files import RecordError, write_atomic
+from src.engine.record.files import write_atomic
 from src.errors import ConfigError
 
 
@@ -70,25 +71,22 @@ def sweep_config(arguments: list[str]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Print the W&B Sweeps config (or write it to ``--out``); one line and 2 on bad input."""
-    parser = argparse.ArgumentParser(prog="python -m launch.wandb_sweep", description=__doc__.splitlines()[0])
+    """Print the W&B Sweeps config (or write it to ``--out``); one line and 2 on bad input (Hydra's
+    grammar and composition errors with their type)."""
+    parser = command_parser(__spec__.name, __doc__)
     parser.add_argument("overrides", nargs="+", metavar="key=value", help="experiment=… and -m style items")
     parser.add_argument("--out", help="write the YAML here instead of printing it")
-    args = parser.parse_args(argv)
-    try:
-        text = yaml.safe_dump(sweep_config(args.overrides), sort_keys=False)
-        if args.out:
-            write_atomic(Path(args.out), text)  # whole or not at all: an earlier spec stays if not
-        else:
-            sys.stdout.write(text)
-    except (ConfigError, RecordError, OSError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    except Exception as error:  # noqa: BLE001  Hydra's grammar and composition errors
-        print(f"error: {type(error).__name__}: {str(error).splitlines()[0]}", file=sys.stderr)
-        return 2
-    return 0
+    return run_command(parser, write_sweep, argv, expected=(OSError,), named=(Exception,))
+
+
+def write_sweep(args: argparse.Namespace) -> None:
+    """The command's work: the sweep's config printed, or written to ``--out``."""
+    text = yaml.safe_dump(sweep_config(args.overrides), sort_keys=False)
+    if args.out:
+        write_atomic(Path(args.out), text)  # whole or not at all: an earlier spec stays if not
+    else:
+        sys.stdout.write(text)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

@@ -18,6 +18,13 @@ class DataError(SuiteError):
     """Data that cannot be read: missing folders or files, a corrupt or empty file."""
 
 
+def user_error(error: BaseException | None) -> SuiteError | None:
+    """The :class:`SuiteError` behind ``error`` (Hydra's instantiate wraps what targets raise)."""
+    while error is not None and not isinstance(error, SuiteError):
+        error = error.__cause__
+    return error
+
+
 def message_of(error: BaseException) -> str:
     """The message a user should read. An error raised in a DataLoader worker comes back from
     torch with the worker's whole traceback as its message ("Caught DataError in DataLoader

@@ -57,6 +57,7 @@ from typing import Any
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from src.command import command_parser, run_command
 from src.engine.experiment import processes
 from src.engine.generated import reading
 from src.engine.loop import evaluation
@@ -70,8 +71,7 @@ from src.engine.record.identity import DATA, Identity
 from src.engine.record.safe_config import check_buildable
 from src.engine.schema import check_values
 from src.engine.task import Task
-from src.errors import ConfigError, SuiteError, message_of
-from src.run import user_error
+from src.errors import ConfigError, SuiteError
 
 log = logging.getLogger(__name__)
 
@@ -94,11 +94,9 @@ class Recorded:
     data: dict[str, str] = field(default_factory=dict)  # the content hashes of the generated data it read
 
 
-def parse(argv: list[str] | None) -> tuple[Path, dict[str, str], list[str]]:
-    """``(run_dir, {"split", "checkpoint"}, config overrides)`` from the command line."""
-    parser = argparse.ArgumentParser(
-        prog="python -m src.eval", description="Evaluate a run's checkpoint on a split (see src/eval.py)."
-    )
+def command_line() -> argparse.ArgumentParser:
+    """The command line (see the module's docstring)."""
+    parser = command_parser(__spec__.name, __doc__)
     parser.add_argument(
         "run_dir", type=Path, help="the run folder (holds config.yaml and checkpoints/), or a checkpoint file"
     )
@@ -110,7 +108,11 @@ def parse(argv: list[str] | None) -> tuple[Path, dict[str, str], list[str]]:
         help="split=val|test, checkpoint=best|last, run=<run_dir> (a file's run), logger=wandb|none, "
         "or a key of its config",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def options_of(args: argparse.Namespace) -> tuple[Path, dict[str, str], list[str]]:
+    """``(run_dir, {"split", "checkpoint", …}, config overrides)`` from the parsed command line."""
     options, overrides = dict(OPTIONS), []
     for item in args.items:
         key, sep, value = item.partition("=")
@@ -472,30 +474,28 @@ def evaluate_file(
     )
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
     """The command: one line with the result, or one line with the error and exit status 2."""
-    try:
-        target, options, overrides = parse(argv)
-        run = Path(options["run"]) if options["run"] else None
-        if target.is_dir() or (not target.exists() and target.suffix != ".pt"):
-            if run is not None:
-                raise ConfigError(f"run={run} names the run of a checkpoint file; {target} is a folder")
-            result, written = evaluate_run(
-                target, options["split"], options["checkpoint"] or "best", overrides, options["logger"]
-            )
-        elif options["checkpoint"] is not None:
-            raise ConfigError(f"checkpoint= picks a file of a run folder; {target} is already one file")
-        else:
-            result, written = evaluate_file(target, options["split"], run, overrides)
-    except Exception as error:
-        cause = user_error(error)  # Hydra's instantiate wraps what a task's constructor raises
-        if cause is None:
-            raise
-        print(f"error: {message_of(cause)}", file=sys.stderr)
-        sys.exit(2)
+    return run_command(command_line(), evaluate, argv)
+
+
+def evaluate(args: argparse.Namespace) -> None:
+    """The command's work: a run folder's checkpoint, or one checkpoint file, evaluated."""
+    target, options, overrides = options_of(args)
+    run = Path(options["run"]) if options["run"] else None
+    if target.is_dir() or (not target.exists() and target.suffix != ".pt"):
+        if run is not None:
+            raise ConfigError(f"run={run} names the run of a checkpoint file; {target} is a folder")
+        result, written = evaluate_run(
+            target, options["split"], options["checkpoint"] or "best", overrides, options["logger"]
+        )
+    elif options["checkpoint"] is not None:
+        raise ConfigError(f"checkpoint= picks a file of a run folder; {target} is already one file")
+    else:
+        result, written = evaluate_file(target, options["split"], run, overrides)
     if written is not None:
         print(evaluation.result_line(result, written))
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from src import resolvers  # noqa: F401  registers the configs' resolvers (also in SLURM jobs)
 from src.cli import prepare_argv
-from src.errors import ConfigError, SuiteError, message_of
+from src.errors import ConfigError, message_of, user_error
 from src.precheck import precheck
 
 
@@ -65,13 +65,6 @@ def refuse_list_selection(overrides: list[str]) -> None:
                 f"attn={value} merges the variants' files into one config; to apply several variants "
                 f"in order use attn=compose 'attn.parts=[{names}]' (docs/variants.md: Compositions)"
             )
-
-
-def user_error(error: BaseException | None) -> SuiteError | None:
-    """The :class:`SuiteError` behind ``error`` (Hydra's instantiate wraps what targets raise)."""
-    while error is not None and not isinstance(error, SuiteError):
-        error = error.__cause__
-    return error
 
 
 def cli() -> None:

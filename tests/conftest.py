@@ -80,9 +80,8 @@ def compose(overrides: list[str], output_dir: Path):
 def main_in_process(main: Callable[[list[str]], object], capsys, *args) -> tuple[int, str, str]:
     """A command's ``main(argv)`` called in this process: (exit status, stdout, stderr)."""
     try:
-        main([str(a) for a in args])
-        code = 0
-    except SystemExit as exit_:
+        code = main([str(a) for a in args]) or 0  # a command's status (src/command.py), or 0
+    except SystemExit as exit_:  # argparse's --help and usage errors
         code = exit_.code
     out = capsys.readouterr()
     return code, out.out, out.err

@@ -16,15 +16,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
 from launch.analysis.dashboard_spec import report, spec_json, workspace
+from src.command import command_parser, run_command
 from src.engine.record.files import RecordError, write_atomic, write_failure
 from src.engine.record.tracking import main_metric
-from src.errors import ConfigError
+from src.errors import ConfigError, SuiteError
 
 TASKS = Path(__file__).resolve().parents[2] / "conf" / "task"
 
@@ -68,9 +68,7 @@ def write_spec(path: Path, text: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Build the workspace and report; write them (``--dry-run``) or save them to W&B."""
-    parser = argparse.ArgumentParser(
-        prog="python -m launch.analysis.dashboard", description=__doc__.splitlines()[0]
-    )
+    parser = command_parser(__spec__.name, __doc__)
     parser.add_argument("--entity", required=True, help="W&B entity (user or team)")
     parser.add_argument("--project", required=True, help="W&B project (logger.project)")
     parser.add_argument("--task", default="digits", help="the task whose runs and metric (default: digits)")
@@ -78,38 +76,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--dry-run", type=Path, metavar="OUT.json", help="write the specification, no network"
     )
-    args = parser.parse_args(argv)
-    try:
-        metric = task_metric(args.task)
-        check_sweep_name(args.sweep)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    return run_command(parser, build_dashboard, argv)
+
+
+def build_dashboard(args: argparse.Namespace) -> None:
+    """The command's work: the workspace and report built, then written or saved."""
+    metric = task_metric(args.task)
+    check_sweep_name(args.sweep)
     view = workspace(args.entity, args.project, args.task, metric, args.sweep)
     if args.dry_run:
         rep = report(args.entity, args.project, args.task, metric, args.sweep, name_project=False)
-        try:
-            write_spec(args.dry_run, json.dumps(spec_json(view, rep), indent=1) + "\n")
-        except RecordError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
+        write_spec(args.dry_run, json.dumps(spec_json(view, rep), indent=1) + "\n")
         print(f"wrote the workspace and report specification to {args.dry_run}")
-        return 0
+        return
     try:
         rep = report(args.entity, args.project, args.task, metric, args.sweep)
         view.save()
         rep.save()
     except Exception as e:  # noqa: BLE001  the library raises whatever its transport raises
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        print(
-            f"error: saving to W&B {args.entity}/{args.project} failed ({type(e).__name__}: {first}); "
-            "log in with `wandb login`, or write the specification with --dry-run OUT.json",
-            file=sys.stderr,
-        )
-        return 2
+        raise SuiteError(
+            f"saving to W&B {args.entity}/{args.project} failed ({type(e).__name__}: {first}); "
+            "log in with `wandb login`, or write the specification with --dry-run OUT.json"
+        ) from e
     print(f"saved workspace {view.url} and report {rep.url}")
-    return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

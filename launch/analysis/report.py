@@ -45,6 +45,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from src.command import command_parser, run_command
 from src.engine.record import atomic
 from src.engine.record.bounded import limit_of, open_file
 from src.engine.record.files import RecordError, write_failure
@@ -432,9 +433,13 @@ def seed_sets(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m launch.analysis.report", description=__doc__.splitlines()[0]
-    )
+    """Write the report; one ``error:`` line and 2 on bad input, before anything is written."""
+    return run_command(command_line(), write_report, argv)
+
+
+def command_line() -> argparse.ArgumentParser:
+    """The command line (see the module's docstring)."""
+    parser = command_parser(__spec__.name, __doc__)
     parser.add_argument(
         "runs", nargs="*", type=Path, help="run folders or folders that hold them (multirun dirs)"
     )
@@ -456,7 +461,39 @@ def main(argv: list[str] | None = None) -> int:
         help="what every row is compared with: a variant with its options that are not defaults, as "
         "the table names it ('spectral mode=svd'; default: standard)",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def write_report(args: argparse.Namespace) -> None:
+    """The command's work: the arguments checked, the runs read, the report written and printed."""
+    margins, settled = checked_arguments(args)
+    runs = flag_disagreements(read_runs(args.runs) + (read_wandb(args.wandb) if args.wandb else []))
+    seed_lines, seed_pngs = seed_sets(args.runs, margins)
+    if not runs and seed_lines:  # only seed sets (python -m src.sandbox.seeds): their section alone
+        write_seed_report(args.out or args.runs[0] / "report", seed_lines, seed_pngs)
+        return
+    if not runs:
+        raise SuiteError(
+            f"no run folders (.hydra/config.yaml, or config.yaml beside metrics.jsonl) under "
+            f"{' '.join(map(str, args.runs))}"
+        )
+    out = args.out or (args.runs[0] / "report" if args.runs else Path("report"))
+    counted = of_experiments(runs)
+    try:
+        compared = comparisons(counted, margins, settled, args.baseline)
+    except ValueError as error:
+        raise SuiteError(str(error)) from error
+    text = markdown(table(counted), convergence(counted), runs, margins, settled, compared)
+    text += "\n".join(seed_lines) + ("\n" if seed_lines else "")
+    plots = {**pngs(counted, compared, args.baseline), **seed_pngs}
+    write_files(out, {"report.md": text.encode(), **exports(export_rows(runs, compared)), **plots})
+    print(text)
+    say_written(out, runs, len(plots))
+
+
+def checked_arguments(args: argparse.Namespace) -> tuple[dict[str, float], list]:
+    """The claims' margins and the settled sweeps' plans, every state file read within its limit;
+    a :class:`SuiteError` for a bad ``--margin`` or state file, or no runs to read at all."""
     try:
         margins = parse_margins(args.margin, any_row=True)
         for root in args.runs:  # read_plan reads it by name: a regular file within its limit first
@@ -464,47 +501,29 @@ def main(argv: list[str] | None = None) -> int:
             if state.exists() or state.is_symlink():
                 open_file(state, limit_of(state), within=root).close()
         settled = [(root, *plan) for root in args.runs if (plan := read_plan(root))]
-    except (ValueError, SuiteError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    if not args.runs and not args.wandb:
-        parser.error("give run folders, --wandb ENTITY/PROJECT, or both")
-    runs = flag_disagreements(read_runs(args.runs) + (read_wandb(args.wandb) if args.wandb else []))
-    seed_lines, seed_pngs = seed_sets(args.runs, margins)
-    if not runs and seed_lines:  # only seed sets (python -m src.sandbox.seeds): their section alone
-        out = args.out or args.runs[0] / "report"
-        text = "# Results\n" + "\n".join(seed_lines) + "\n"
-        write_files(out, {"report.md": text.encode(), **seed_pngs})
-        print(text)
-        print(f"wrote {out / 'report.md'} and {len(seed_pngs)} plots", file=sys.stderr)
-        return 0
-    if not runs:
-        print(
-            f"error: no run folders (.hydra/config.yaml, or config.yaml beside metrics.jsonl) under "
-            f"{' '.join(map(str, args.runs))}",
-            file=sys.stderr,
-        )
-        return 2
-    out = args.out or (args.runs[0] / "report" if args.runs else Path("report"))
-    counted = of_experiments(runs)
-    try:
-        compared = comparisons(counted, margins, settled, args.baseline)
     except ValueError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    text = markdown(table(counted), convergence(counted), runs, margins, settled, compared)
-    text += "\n".join(seed_lines) + ("\n" if seed_lines else "")
-    plots = {**pngs(counted, compared, args.baseline), **seed_pngs}
-    try:
-        write_files(out, {"report.md": text.encode(), **exports(export_rows(runs, compared)), **plots})
-    except RecordError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+        raise SuiteError(str(error)) from error
+    if not args.runs and not args.wandb:
+        raise SuiteError(
+            "give run folders, --wandb ENTITY/PROJECT, or both (python -m launch.analysis.report --help)"
+        )
+    return margins, settled
+
+
+def write_seed_report(out: Path, seed_lines: list[str], seed_pngs: dict[str, bytes]) -> None:
+    """The report of seed sets alone (``python -m src.sandbox.seeds``'s folders): their section."""
+    text = "# Results\n" + "\n".join(seed_lines) + "\n"
+    write_files(out, {"report.md": text.encode(), **seed_pngs})
     print(text)
+    print(f"wrote {out / 'report.md'} and {len(seed_pngs)} plots", file=sys.stderr)
+
+
+def say_written(out: Path, runs: list[Run], plots: int) -> None:
+    """The closing line on stderr: what was written, and the run folders left out and why."""
     unreadable = sum(1 for r in runs if r.status == "unreadable")
     disagreeing = sum(1 for r in runs if r.status == "disagrees")
     print(
-        f"wrote {out / 'report.md'}, results.csv and results.json, {len(plots)} plots"
+        f"wrote {out / 'report.md'}, results.csv and results.json, {plots} plots"
         + (f"; {unreadable} unreadable run folder(s), listed in the report" if unreadable else "")
         + (
             f"; {disagreeing} records that disagree, none counted, listed in the report"
@@ -513,7 +532,6 @@ def main(argv: list[str] | None = None) -> int:
         ),
         file=sys.stderr,
     )
-    return 0
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +32,7 @@ from scipy.stats import binomtest
 
 from launch.analysis.stats import SHARE_MARGIN, holm, share_tests, three_way
 from launch.analysis.time_to_quality import Median, km_median
+from src.command import command_parser, run_command
 from src.errors import ConfigError
 from src.sandbox.curves import SUCCESS, Curves, draw_clustering, draw_success, first_success
 
@@ -413,9 +413,7 @@ def backbone_section(backbone: str, sets: list[tuple[Path, Curves]]) -> tuple[li
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m launch.analysis.seed_sets", description=__doc__.split("\n\n")[0]
-    )
+    parser = command_parser(__spec__.name, __doc__)
     parser.add_argument(
         "folders", nargs="+", type=Path, help="folders with a curves.json (src.sandbox.seeds)"
     )
@@ -437,44 +435,36 @@ def main(argv: Sequence[str] | None = None) -> int:
         "0: no equivalence)",
     )
     parser.add_argument("--out", type=Path, default=None, help="draw the success-by-epoch curves here (PNG)")
-    args = parser.parse_args(argv)
+    return run_command(parser, compare_sets, argv)
+
+
+def compare_sets(args: argparse.Namespace) -> None:
+    """The command's work: the sets read, compared with the baseline, tabled and drawn."""
     folders = ([args.baseline] if args.baseline else []) + [f for f in args.folders if f != args.baseline]
     missing = [str(f / "curves.json") for f in folders if not (f / "curves.json").exists()]
     if missing:
-        print(
-            f"error: no curves.json in {', '.join(missing)}: write them with python -m src.sandbox.seeds",
-            file=sys.stderr,
+        raise ConfigError(
+            f"no curves.json in {', '.join(missing)}: write them with python -m src.sandbox.seeds"
         )
-        return 2
     sets = []
     for folder in folders:
-        try:
-            curves = Curves.load(folder / "curves.json")  # its errors name the file
-        except ConfigError as error:
-            print(f"error: {error}", file=sys.stderr)
-            return 2
+        curves = Curves.load(folder / "curves.json")  # its errors name the file
         if args.epochs:
             try:
                 curves = curves.truncated(args.epochs)
             except ConfigError as error:
-                print(f"error: {folder}: {error}", file=sys.stderr)
-                return 2
+                raise ConfigError(f"{folder}: {error}") from error
         sets.append((folder, curves))
     named = dict(zip(names(sets), (c for _, c in sets), strict=True))
-    try:
-        if not 0 < args.threshold <= 1:
-            raise ConfigError(f"--threshold {args.threshold}: give a test accuracy in (0, 1]")
-        if not 0 <= args.margin < 0.5:
-            raise ConfigError(f"--margin {args.margin}: give a share's distance from one half in [0, 0.5)")
-        margin = args.margin or None
-        print(table(compare(named, next(iter(named)), args.threshold, margin), args.threshold))
-    except ConfigError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    if not 0 < args.threshold <= 1:
+        raise ConfigError(f"--threshold {args.threshold}: give a test accuracy in (0, 1]")
+    if not 0 <= args.margin < 0.5:
+        raise ConfigError(f"--margin {args.margin}: give a share's distance from one half in [0, 0.5)")
+    margin = args.margin or None
+    print(table(compare(named, next(iter(named)), args.threshold, margin), args.threshold))
     if args.out:
         draw_success(named, args.out, args.threshold)
         print(f"figure: {args.out}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -40,6 +40,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from src.command import command_parser, run_command
 from src.engine.record import atomic
 from src.engine.record.bounded import RefusedFile, read_bytes
 from src.errors import SuiteError
@@ -431,9 +432,13 @@ def own_hydra(given: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m launch.analysis.settle", description=__doc__.split("\n\n")[0]
-    )
+    """Settle the sweep (or run its confirm stage); one ``error:`` line and 2 on bad input."""
+    return run_command(command_line(), settle_sweep, argv, intermixed=True, expected=(ValueError,))
+
+
+def command_line() -> argparse.ArgumentParser:
+    """The command line (see the module's docstring)."""
+    parser = command_parser(__spec__.name, __doc__)
     parser.add_argument("dir", type=Path, help="a sweep's folder (hydra.sweep.dir)")
     parser.add_argument(
         "hydra",
@@ -455,58 +460,43 @@ def main(argv: list[str] | None = None) -> int:
         "--confirm", metavar="READINGS", help="the confirm stage: these readings and standard on fresh seeds"
     )
     parser.add_argument("--seeds", type=int, default=10, help="the confirm stage's seeds (default 10)")
-    args = parser.parse_intermixed_args(argv)
+    return parser
 
-    try:
-        root = args.dir
-        if not (root / "multirun.yaml").exists():
-            raise SuiteError(f"{root}: no multirun.yaml here; give the folder of a sweep (-m)")
-        hydra_args = [*relaunch.sweep_hydra(root), f"hydra.sweep.dir={root.resolve()}"]
-        hydra_args += own_hydra(args.hydra)
-        runs = read_runs([root])
-        explored = {e: m for e, m in group(runs).items() if not stage_of(m)}
-        commands = Commands(("stage=confirm",) if args.confirm else ())
-        commands.check(explored)  # every file of the folder checked before anything is written
-        if args.confirm:
-            used = confirm(
-                root,
-                args.confirm.split(","),
-                args.seeds,
-                lambda: read_runs([root]),
-                hydra_launcher(hydra_args, commands),
-                say,
-            )
-            print(
-                f"confirm stage: seeds {used[0]}-{used[-1]}; "
-                f"its rows: python -m launch.analysis.report {root}"
-            )
-            return 0
-        if args.readings:
-            check_readings(root, args.readings.split(","), explored, "--readings")
-        state = load_state(root)  # a settle resumed: its own first look, whatever seeds came since
-        first = args.first or (
-            state["plan"]["first"]
-            if state
-            else len({r.seed for r in runs if not r.identity.config.get("stage")})
-        )
-        plan = Plan(first, args.batch, args.cap, args.spending)
-        margins = parse_margins(args.margin)
-        wanted = readings_filter(args.readings, args.primary)
-        say(plan.describe())
-        settle(
-            root,
-            plan,
-            lambda: read_runs([root]),
-            hydra_launcher(hydra_args, commands),
-            margins=margins,
-            wanted=wanted,
-            say=say,
-        )
-    except (SuiteError, ValueError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+
+def settle_sweep(args: argparse.Namespace) -> None:
+    """The command's work: every file of the folder checked, then the confirm stage or the settle."""
+    root = args.dir
+    if not (root / "multirun.yaml").exists():
+        raise SuiteError(f"{root}: no multirun.yaml here; give the folder of a sweep (-m)")
+    hydra_args = [*relaunch.sweep_hydra(root), f"hydra.sweep.dir={root.resolve()}"]
+    hydra_args += own_hydra(args.hydra)
+    runs = read_runs([root])
+    explored = {e: m for e, m in group(runs).items() if not stage_of(m)}
+    commands = Commands(("stage=confirm",) if args.confirm else ())
+    commands.check(explored)  # every file of the folder checked before anything is written
+    launch = hydra_launcher(hydra_args, commands)
+    if args.confirm:
+        used = confirm(root, args.confirm.split(","), args.seeds, lambda: read_runs([root]), launch, say)
+        print(f"confirm stage: seeds {used[0]}-{used[-1]}; its rows: python -m launch.analysis.report {root}")
+        return
+    if args.readings:
+        check_readings(root, args.readings.split(","), explored, "--readings")
+    plan = looks_plan(args, root, runs)
+    margins = parse_margins(args.margin)
+    wanted = readings_filter(args.readings, args.primary)
+    say(plan.describe())
+    settle(root, plan, lambda: read_runs([root]), launch, margins=margins, wanted=wanted, say=say)
     print(f"tables and verdicts: python -m launch.analysis.report {root}")
-    return 0
+
+
+def looks_plan(args: argparse.Namespace, root: Path, runs: list[Run]) -> Plan:
+    """The looks' plan: ``--first`` seeds at the first look, else a resumed settle's own first look
+    (whatever seeds came since), else the sweep's seeds; then ``--batch``, ``--cap``, ``--spending``."""
+    state = load_state(root)
+    first = args.first or (
+        state["plan"]["first"] if state else len({r.seed for r in runs if not r.identity.config.get("stage")})
+    )
+    return Plan(first, args.batch, args.cap, args.spending)
 
 
 def check_readings(root: Path, names: list[str], explored: dict[str, list[Run]], option: str) -> None:

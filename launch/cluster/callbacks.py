@@ -237,8 +237,7 @@ def failure(job_return: Any) -> BaseException | None:
 def failure_line(error: BaseException, traceback_file: Path) -> str:
     """A failed job's one line: a refusal's own message (:class:`SuiteError`, however wrapped), or a
     bug's type and first line, its whole traceback written to ``traceback_file`` and named."""
-    from src.errors import message_of
-    from src.run import user_error
+    from src.errors import message_of, user_error
 
     cause = user_error(error)
     if cause is not None:

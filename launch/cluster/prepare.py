@@ -40,7 +40,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from src.errors import ConfigError, SuiteError, message_of
+from src.command import command_parser, run_command
+from src.errors import SuiteError, message_of
 
 #: What ``${pretrained_by:…}`` stands for while preparing: the checkpoint a pretraining run makes, whose
 #: path only a job knows (its run folder); preparing reads only whether there is one.
@@ -207,30 +208,24 @@ def report(outcome: Outcome) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Prepare (or check) the sweep's data; one ``error:`` line and 2 on bad input."""
+    """Prepare (or check) the sweep's data; one ``error:`` line and 2 on bad input (Hydra's grammar
+    and composition errors with their type)."""
+    parser = command_parser(__spec__.name, __doc__)
+    parser.add_argument("overrides", nargs="*", metavar="key=value", help="the sweep's overrides")
+    parser.add_argument("-m", "--multirun", action="store_true", help="optional: a sweep is prepared as one")
+    parser.add_argument("--check", action="store_true", help="say what is not prepared; build nothing")
+    return run_command(parser, prepare_sweep, argv, intermixed=True, named=(Exception,))
+
+
+def prepare_sweep(args: argparse.Namespace) -> int:
+    """The command's work: the sweep checked as ``src.run`` checks it, its data prepared (or
+    checked), the closing lines; the exit status."""
     from src.precheck import precheck
 
-    parser = argparse.ArgumentParser(
-        prog="python -m launch.cluster.prepare", description=__doc__.splitlines()[0]
-    )
-    parser.add_argument(
-        "overrides", nargs="*", metavar="key=value", help="the sweep's overrides (-m is optional)"
-    )
-    parser.add_argument("--check", action="store_true", help="say what is not prepared; build nothing")
-    argv = sys.argv[1:] if argv is None else argv
-    args = parser.parse_args([a for a in argv if a not in ("-m", "--multirun")])
-    try:
-        precheck(["-m", *args.overrides])  # src.run's refusals: a key no config has (did you mean …), …
-        outcome = prepare(args.overrides, check=args.check, say=lambda line: print(line, flush=True))
-    except ConfigError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    except Exception as error:  # noqa: BLE001  Hydra's grammar and composition errors
-        print(f"error: {type(error).__name__}: {str(error).splitlines()[0]}", file=sys.stderr)
-        return 2
-    return report(outcome)
+    precheck(["-m", *args.overrides])  # src.run's refusals: a key no config has (did you mean …), …
+    return report(prepare(args.overrides, check=args.check, say=lambda line: print(line, flush=True)))
 
 
 if __name__ == "__main__":
     os.environ["CUDA_VISIBLE_DEVICES"] = ""  # preparing never needs a GPU: make sure nothing starts one
-    sys.exit(main())
+    raise SystemExit(main())

@@ -46,7 +46,8 @@ import torch
 from torch import nn
 
 from src import attention
-from src.engine.record.files import RecordError, check_writable_file, write_atomic
+from src.command import command_parser, run_command
+from src.engine.record.files import check_writable_file, write_atomic
 
 from . import bench_shapes
 from .bench_training import runner_overhead, time_to_quality
@@ -240,7 +241,14 @@ def machine(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m launch.tools.bench", description=__doc__.splitlines()[0])
+    """Measure, print the table and write the JSON; one ``error:`` line and 2 for an ``--out`` that
+    cannot be written (checked before the benchmark's minutes)."""
+    return run_command(command_line(), bench, argv)
+
+
+def command_line() -> argparse.ArgumentParser:
+    """The command line: what to time, at which sizes, and where the JSON goes."""
+    p = command_parser(__spec__.name, __doc__)
     p.add_argument("--model", default="vit_small_patch16_224", help="a timm ViT (ViT-S on CPU, ViT-B on GPU)")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"])
@@ -282,17 +290,25 @@ def main(argv: list[str] | None = None) -> int:
         default=True,
         help="on a CPU, flush denormal floats to zero (see the module docstring)",
     )
-    args = p.parse_args(argv)
-    try:
-        check_writable_file(args.out)  # before the benchmark's minutes, not a traceback after them
-    except RecordError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    return p
+
+
+def bench(args: argparse.Namespace) -> None:
+    """The command's work: every measurement asked for, the table, the JSON."""
+    check_writable_file(args.out)  # before the benchmark's minutes, not a traceback after them
     if args.device == "cpu":
         torch.set_flush_denormal(args.flush_denormal)
     if "standard" not in args.forms:
         args.forms = ["standard", *args.forms]
+    results = measure(args)
+    print(f"machine: {results['machine']}")
+    print(table(results))
+    write_atomic(args.out, json.dumps(results, indent=2) + "\n")  # a full disk: the table above is the result
+    print(f"\nwrote {args.out}", file=sys.stderr)
 
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    """The measurements ``args`` asks for, in order: block, model, memory, overhead, quality, shapes."""
     results: dict[str, Any] = {"machine": machine(args), "args": {k: str(v) for k, v in vars(args).items()}}
     for kind in ("block", "model"):
         if kind not in args.skip:
@@ -305,15 +321,7 @@ def main(argv: list[str] | None = None) -> int:
         results["quality"] = time_to_quality(args)
     if args.shapes is not None:
         results["shapes"] = bench_shapes.shape_costs(args)
-    print(f"machine: {results['machine']}")
-    print(table(results))
-    try:
-        write_atomic(args.out, json.dumps(results, indent=2) + "\n")
-    except RecordError as error:  # the disk filled meanwhile: the table above is the result
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    print(f"\nwrote {args.out}", file=sys.stderr)
-    return 0
+    return results
 
 
 if __name__ == "__main__":

@@ -65,7 +65,9 @@ from launch.tools import gpu_check_kernels as kernels
 from launch.tools import gpu_check_loop as loop
 from launch.tools import gpu_check_steps as steps
 from src import attention
-from src.engine.record.files import RecordError, check_writable_file, write_atomic
+from src.command import command_parser, run_command
+from src.engine.record.files import check_writable_file, write_atomic
+from src.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -357,9 +359,7 @@ def thresholds_table(limits: dict[str, float]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m launch.tools.gpu_check", description=__doc__.splitlines()[0]
-    )
+    parser = command_parser(__spec__.name, __doc__)
     parser.add_argument("--dry", action="store_true", help="tiny shapes on the CPU (what the tests run)")
     parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda where there is one)")
     parser.add_argument(
@@ -376,7 +376,12 @@ def main(argv: list[str] | None = None) -> int:
         help=f"replace a threshold ({', '.join(THRESHOLDS)})",
     )
     parser.add_argument("--only", default=None, help=f"comma-separated sections ({', '.join(SECTIONS)})")
-    args = parser.parse_args(argv)  # fmt: skip
+    return run_command(parser, run_check, argv)
+
+
+def run_check(args: argparse.Namespace) -> int:
+    """The command's work: the arguments checked, the sections run, the table printed and the JSON
+    written; 1 where a check failed."""
     device = args.device or ("cuda" if torch.cuda.is_available() and not args.dry else "cpu")
     out = args.out or Path("outputs/gpu_check") / ("gpu_check-dry.json" if args.dry else "gpu_check.json")
     try:
@@ -390,20 +395,15 @@ def main(argv: list[str] | None = None) -> int:
         only = args.only.split(",") if args.only else None
         if only and not set(only) <= set(SECTIONS):
             raise ValueError(f"--only {args.only}: sections are {', '.join(SECTIONS)}")
-        check_writable_file(out)  # before the check's minutes, not a traceback after them
-    except (ValueError, RecordError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    except ValueError as error:
+        raise ConfigError(str(error)) from error
+    check_writable_file(out)  # before the check's minutes, not a traceback after them
     print(f"thresholds{' (--dry: a CPU at tiny shapes)' if args.dry else ''}:\n{thresholds_table(limits)}\n")
     os.environ.setdefault("TORCHDYNAMO_VERBOSE", "0")
     with contextlib.redirect_stdout(sys.stderr):  # timm/dynamo chatter off the result table
         result = run(args.dry, device, limits, only)
     print(report(result))
-    try:
-        write_atomic(out, json.dumps(result, indent=1))
-    except RecordError as error:  # the disk filled during the check: the table above is its result
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    write_atomic(out, json.dumps(result, indent=1))  # a full disk: one line, the table above its result
     failed = result["failed"]
     print(f"\nwrote {out} in {result['wall_s']:.0f} s: {len(result['checks'])} checks, "
           + (f"FAILED: {', '.join(failed)}" if failed else "all passed"))  # fmt: skip

@@ -86,10 +86,19 @@ def run_loop(
 ) -> dict[str, Any]:
     """Train ``shape['loop_steps']`` steps of ``python -m src.run task=imagenet`` on ``data_dir``
     and read its images/s back: ``{"samples_per_s", "windows", "workers", "wall_s", "command"}``."""
-    from omegaconf import OmegaConf
+    overrides = loop_overrides(data_dir, out_dir, shape, device)
+    wall = run_training(overrides, timeout_s)
+    return {
+        **read_throughput(out_dir, shape["loop"]),
+        "steps": shape["loop"]["steps"],
+        "wall_s": round(wall, 1),
+        "command": " ".join(["python -m src.run", *overrides]),
+    }
 
-    from src.engine.record.files import read_metrics
 
+def loop_overrides(data_dir: Path, out_dir: Path, shape: dict[str, Any], device: str) -> list[str]:
+    """The run's overrides: ``shape``'s loop on ``data_dir``, logging its throughput, nothing else
+    (no validation, monitor, checkpoints or progress bar)."""
     loop = shape["loop"]
     overrides = [
         "task=imagenet",
@@ -112,6 +121,12 @@ def run_loop(
     ]
     if loop.get("workers") is not None:
         overrides.append(f"trainer.num_workers={loop['workers']}")
+    return overrides
+
+
+def run_training(overrides: list[str], timeout_s: float) -> float:
+    """``python -m src.run <overrides>`` in its own process (this tree's ``src``); its wall seconds,
+    or a RuntimeError with the last lines it wrote."""
     command = [sys.executable, "-m", "src.run", *overrides]
     paths = [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]  # this tree's src, as the caller's
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
@@ -121,6 +136,16 @@ def run_loop(
     if done.returncode != 0:
         tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
         raise RuntimeError(f"src.run exited {done.returncode}: {' / '.join(tail)}"[:500])
+    return wall
+
+
+def read_throughput(out_dir: Path, loop: dict[str, Any]) -> dict[str, Any]:
+    """The run's logged images/s: the median of its steady windows (the first ``skip_windows``
+    left out), every window, the losses and the DataLoader workers it used."""
+    from omegaconf import OmegaConf
+
+    from src.engine.record.files import read_metrics
+
     (metrics,) = out_dir.rglob("metrics.jsonl")
     rows = [r for r in read_metrics(metrics.parent) if r.get("split") == "train"]
     rates = [float(r["throughput"]) for r in rows if r.get("throughput")]
@@ -135,7 +160,4 @@ def run_loop(
         "windows": rates,
         "losses": losses,
         "workers": workers,
-        "steps": loop["steps"],
-        "wall_s": round(wall, 1),
-        "command": " ".join(["python -m src.run", *overrides]),
     }

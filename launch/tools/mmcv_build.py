@@ -61,6 +61,7 @@ from launch.tools.mmcv_target import (  # noqa: F401  (the cache's lookups, re-e
     record_path,
     wheel_fits,
 )
+from src.command import command_parser, run_command
 from src.engine.record import atomic
 
 BUILD_REQUIREMENTS = ["setuptools>=77.0.3,<81", "wheel", "ninja", "psutil"]
@@ -268,11 +269,9 @@ def check_ops(cache: Path, devices: list[str] | None = None) -> int:
     return 0
 
 
-def parse(argv: list[str] | None) -> argparse.Namespace:
+def command_line() -> argparse.ArgumentParser:
     """The command line (see the module's docstring)."""
-    parser = argparse.ArgumentParser(
-        prog="python -m launch.tools.mmcv_build", description=__doc__.split("\n")[0]
-    )
+    parser = command_parser(__spec__.name, __doc__)
     parser.add_argument("--cache", type=Path, default=default_cache(), help="default: %(default)s")
     links = "another folder to look in for a wheel"
     parser.add_argument("--find-links", type=Path, action="append", default=[], metavar="DIR", help=links)
@@ -285,22 +284,24 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--dry-run", action="store_true", help="print the stages without running them")
     check = "only run the installed ops (roi_align, nms) on the CPU and any GPU, against torchvision's"
     parser.add_argument("--check", action="store_true", help=check)
-    return parser.parse_args(argv)
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Find or build the wheel (or, with ``--check``, test the installed ops); the exit status:
     1 for a failed stage or check, 2 for a machine that cannot build the ops it needs."""
-    args = parse(argv)
+    return run_command(command_line(), find_or_build, argv, expected=(Refusal,))
+
+
+def find_or_build(args: argparse.Namespace) -> int:
+    """The command's work: the wheel found or built (a failed stage: one line and 1), or the ops
+    checked."""
     cache = args.cache.expanduser()
     if args.check:
         return check_ops(cache)
     links = [d for d in args.find_links if d.is_dir()]
     try:
         wheel = ensure_wheel(cache, links, args.jobs, args.dry_run, args.cpu, install=args.install)
-    except Refusal as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
     except BuildError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
@@ -312,4 +313,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

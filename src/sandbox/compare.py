@@ -21,7 +21,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from PIL import Image  # noqa: E402
 
+from src.command import command_parser, run_command  # noqa: E402
 from src.engine.record.files import read_metrics  # noqa: E402
+from src.errors import ConfigError  # noqa: E402
 
 from .frames import PANEL_IN, cloud_panels, draw_curves, draw_layer, keys_with, series  # noqa: E402
 from .page import write_gif  # noqa: E402
@@ -47,12 +49,10 @@ def compare_figure(run_a: Path, run_b: Path, out: Path, step: int | None = None,
     runs = [Path(run_a), Path(run_b)]
     steps = common_steps(*runs)
     if not steps:
-        raise SystemExit(
-            f"error: {runs[0]} and {runs[1]} have no snapshot step in common (sandbox/snapshots/)"
-        )
+        raise ConfigError(f"{runs[0]} and {runs[1]} have no snapshot step in common (sandbox/snapshots/)")
     step = steps[-1] if step is None else step
     if step not in steps:
-        raise SystemExit(f"error: no common snapshot at step {step}; common steps: {steps[0]} … {steps[-1]}")
+        raise ConfigError(f"no common snapshot at step {step}; common steps: {steps[0]} … {steps[-1]}")
     snaps = [Snapshot.load(snapshot_path(r / "sandbox", step)) for r in runs]
     rows = [read_metrics(r) for r in runs]
     titles = [run_title(r) for r in runs]
@@ -113,22 +113,26 @@ def compare_gif(run_a: Path, run_b: Path, out: Path, ms_per_frame: int = 120) ->
         Image.fromarray(np.concatenate(pad, axis=0)).save(path)
         stacked.append(path)
     if not stacked:
-        raise SystemExit(f"error: {run_a} and {run_b} have no frame step in common (sandbox/frames/)")
+        raise ConfigError(f"{run_a} and {run_b} have no frame step in common (sandbox/frames/)")
     return write_gif(stacked, out, ms_per_frame)
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None) -> int:
+    parser = command_parser(__spec__.name, __doc__)
     parser.add_argument("run_a", type=Path, help="a run folder (with sandbox/snapshots/)")
     parser.add_argument("run_b", type=Path, help="the run to set beside it")
     parser.add_argument("--step", type=int, default=None, help="the step to draw (default: last common)")
     parser.add_argument("--out", type=Path, default=Path("sandbox_compare.png"), help="the figure's path")
     parser.add_argument("--gif", type=Path, default=None, help="also write the stacked frames as this GIF")
-    args = parser.parse_args(argv)
+    return run_command(parser, draw, argv)
+
+
+def draw(args: argparse.Namespace) -> None:
+    """The command's work: the figure, and the GIF where asked."""
     print(compare_figure(args.run_a, args.run_b, args.out, args.step))
     if args.gif is not None:
         print(compare_gif(args.run_a, args.run_b, args.gif))
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from src.command import command_parser, run_command
 from src.engine.record import atomic
-from src.engine.record.lock import OutputLock, RunFolderBusy
+from src.engine.record.lock import OutputLock
 from src.errors import ConfigError
 
 from .curves import Curves, draw_success, seed_table
@@ -64,19 +64,20 @@ def join(parts: Sequence[Curves]) -> Curves:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m src.sandbox.join", description=__doc__.split("\n\n")[0])
+    parser = command_parser(__spec__.name, __doc__)
     parser.add_argument("out", type=Path, help="the joined set's folder (must not hold a set yet)")
     parser.add_argument("parts", nargs="+", type=Path, help="folders with a curves.json (src.sandbox.seeds)")
-    args = parser.parse_args(argv)
-    try:  # two joins (or a seed set) into one OUT at once: the second is refused, nothing torn
+    return run_command(parser, join_under_lock, argv)
+
+
+def join_under_lock(args: argparse.Namespace) -> int:
+    """:func:`write_joined` under ``OUT``'s lock: two joins (or a seed set) into one ``OUT`` at
+    once, the second is refused, nothing torn."""
+    try:
         with OutputLock(args.out, "python -m src.sandbox.join", option="OUT"):
             return write_joined(args.out, args.parts)
-    except (ConfigError, RunFolderBusy) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
     except OSError as error:  # an OUT that cannot be made or written
-        print(f"error: {args.out}: cannot write there ({error.strerror or error})", file=sys.stderr)
-        return 2
+        raise ConfigError(f"{args.out}: cannot write there ({error.strerror or error})") from error
 
 
 def write_joined(out: Path, parts: list[Path]) -> int:

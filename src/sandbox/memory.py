@@ -36,7 +36,6 @@ import argparse
 import contextlib
 import json
 import math
-import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -45,8 +44,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from src.command import command_parser, run_command
 from src.engine.record import atomic
-from src.engine.record.lock import OutputLock, RunFolderBusy
+from src.engine.record.lock import OutputLock
 from src.errors import ConfigError
 
 
@@ -247,32 +247,30 @@ def run(seeds: Sequence[int], lrs: Sequence[float], steps: int = 35, tokens: int
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from .seeds import parse_seeds
-
-    parser = argparse.ArgumentParser(
-        prog="python -m src.sandbox.memory", description=__doc__.split("\n\n")[0]
-    )
+    parser = command_parser(__spec__.name, __doc__)
     parser.add_argument("--seeds", default="0-199", help="a range 0-199 or a list 0,3,7")
     parser.add_argument("--lrs", default="10,1", help="learning rates, comma-separated (P5's: 10,1)")
     parser.add_argument("--steps", type=int, default=35, help="gradient steps (P5's: 35)")
     parser.add_argument("--tokens", type=int, default=3, help="tokens in the memory (P5's: 3 or 30)")
     parser.add_argument("--out", type=Path, default=None, help="folder for memory.json and memory.png")
-    args = parser.parse_args(argv)
-    try:
-        seeds = parse_seeds(args.seeds)
-        lrs = [float(v) for v in args.lrs.split(",")]
-        if args.steps < 1 or args.tokens < 2 or any(lr <= 0 for lr in lrs):
-            raise ConfigError("--steps ≥ 1, --tokens ≥ 2 and positive --lrs")
-        # two commands into one --out: the second is refused (the folder's lock, held to the end)
-        with OutputLock(args.out, "python -m src.sandbox.memory") if args.out else contextlib.nullcontext():
-            if args.out and (args.out / "memory.json").exists():
-                raise ConfigError(
-                    f"{args.out / 'memory.json'} exists: give another --out (nothing is overwritten)"
-                )
-            return measure(args, seeds, lrs)
-    except (ConfigError, ValueError, RunFolderBusy) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    return run_command(parser, measure_under_lock, argv, expected=(ValueError,))
+
+
+def measure_under_lock(args: argparse.Namespace) -> int:
+    """The arguments checked, then :func:`measure` under ``--out``'s lock (two commands into one
+    ``--out``: the second is refused, the folder's lock held to the end)."""
+    from .seeds import parse_seeds
+
+    seeds = parse_seeds(args.seeds)
+    lrs = [float(v) for v in args.lrs.split(",")]
+    if args.steps < 1 or args.tokens < 2 or any(lr <= 0 for lr in lrs):
+        raise ConfigError("--steps ≥ 1, --tokens ≥ 2 and positive --lrs")
+    with OutputLock(args.out, "python -m src.sandbox.memory") if args.out else contextlib.nullcontext():
+        if args.out and (args.out / "memory.json").exists():
+            raise ConfigError(
+                f"{args.out / 'memory.json'} exists: give another --out (nothing is overwritten)"
+            )
+        return measure(args, seeds, lrs)
 
 
 def measure(args: argparse.Namespace, seeds: list[int], lrs: list[float]) -> int:

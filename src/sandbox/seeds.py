@@ -37,6 +37,7 @@ uninterrupted one).
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -50,10 +51,11 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 
+from src.command import command_parser, run_command
 from src.configs import axes, combinations, compose
 from src.engine.record import atomic
 from src.engine.record.lock import OutputLock
-from src.errors import ConfigError, SuiteError, message_of
+from src.errors import ConfigError
 
 from .clustering import probe_seeds
 from .curves import STAGE_EVERY, SUCCESS, Curves, draw_success, seed_table, success_by_epoch
@@ -314,9 +316,7 @@ def cells(overrides: Sequence[str]) -> list[tuple[list[str], str]]:
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m src.sandbox.seeds [overrides…] --seeds 0-31 [--epochs N] --out DIR``: bad input
     is one ``error:`` line on stderr and exit status 2, before anything is written."""
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="python -m src.sandbox.seeds", description=__doc__.split("\n\n")[0])
+    parser = command_parser(__spec__.name, __doc__)
     parser.add_argument(
         "overrides",
         nargs="*",
@@ -342,21 +342,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=STAGE_EVERY,
         help=f"epochs between clustering-head probes (default {STAGE_EVERY}; 0: none)",
     )
-    args = parser.parse_args(argv)
+    return run_command(parser, train_sets, argv)
+
+
+def train_sets(args: argparse.Namespace) -> None:
+    """The command's work, under ``--out``'s lock: every cell's seed set trained and written."""
+    check_arguments(args.epochs, args.probe_every)
+    seeds = parse_seeds(args.seeds)
     try:
-        check_arguments(args.epochs, args.probe_every)
-        seeds = parse_seeds(args.seeds)
         with OutputLock(args.out, COMMAND):  # a second command into this --out is refused: see train_cells
             init = None if args.init_from is None else load_weights(args.init_from, seeds)
             todo = planned(cells(args.overrides), seeds, args.epochs, args.out)
             train_cells(todo, seeds, args.out, init, args.init_from, args.probe_every)
-    except SuiteError as error:  # weights of another architecture are found once the model is built
-        print(f"error: {message_of(error)}", file=sys.stderr)
-        return 2
     except OSError as error:  # an --out that cannot be made
-        print(f"error: --out {args.out}: cannot write there ({error.strerror or error})", file=sys.stderr)
-        return 2
-    return 0
+        raise ConfigError(f"--out {args.out}: cannot write there ({error.strerror or error})") from error
 
 
 COMMAND = "python -m src.sandbox.seeds"

@@ -57,6 +57,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from src.command import command_parser, run_command
 from src.engine.generated import ensure_generated
 
 NOUNS = (
@@ -275,17 +276,22 @@ def ensure_glue_tiny(root: Path, spec: GlueTinySpec) -> Path:
     return root
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
     """``python -m tasks.glue.generate <folder> [--seed N --corpus-docs N ...]``."""
-    parser = argparse.ArgumentParser(prog="python -m tasks.glue.generate", description=__doc__.split("\n")[0])
+    parser = command_parser(__spec__.name, __doc__)
     parser.add_argument("folder", type=Path)
     for f in dataclasses.fields(GlueTinySpec):
         parser.add_argument(f"--{f.name.replace('_', '-')}", type=int, default=f.default)
-    args = vars(parser.parse_args(argv))
-    folder = args.pop("folder")
-    ensure_glue_tiny(folder, GlueTinySpec(**args))
+    return run_command(parser, generate_into, argv)
+
+
+def generate_into(args: argparse.Namespace) -> None:
+    """The command's work: ``glue_tiny`` written into ``args.folder``."""
+    spec = vars(args).copy()
+    folder = spec.pop("folder")
+    ensure_glue_tiny(folder, GlueTinySpec(**spec))
     print(f"glue_tiny in {folder}: vocab.txt, corpus/, glue_data/SST-2/, glue_data/RTE/ ({folder / MARKER})")
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -44,9 +44,10 @@ import torch
 from hydra.utils import get_class, instantiate
 from torch import Tensor, nn
 
+from src.command import command_parser, run_command
 from src.engine.loop import evaluation
 from src.engine.loop.model import build_model
-from src.errors import ConfigError, message_of
+from src.errors import ConfigError
 
 SEPARATOR = "-" * 40
 #: [reading] The most new tokens one sample may ask for: a book's worth of characters (about 400 KB
@@ -66,11 +67,12 @@ class Parser(argparse.ArgumentParser):
     """argparse whose usage errors are one :class:`ConfigError` (one line, exit status 2)."""
 
     def error(self, message: str):  # type: ignore[override]
-        raise ConfigError(f"{message} (python -m tasks.lm.sample --help)")
+        raise ConfigError(f"{message} ({self.prog} --help)")
 
 
-def parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = Parser(prog="python -m tasks.lm.sample", description="Sample text from a language-model run.")
+def command_line() -> Parser:
+    """The command line (see the module's docstring)."""
+    parser = command_parser(__spec__.name, __doc__, Parser)
     parser.add_argument(
         "run_dir", type=Path, help="the run folder of a language-model run, or a checkpoint file"
     )
@@ -82,7 +84,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--top-k", type=int, default=200, help="keep the k most likely (0: all)")
     parser.add_argument("--seed", type=int, default=1337)
     parser.add_argument("--checkpoint", choices=evaluation.CHECKPOINTS, default="best")
-    args = parser.parse_intermixed_args(argv)
+    return parser
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """A :class:`ConfigError` for a count, temperature, seed or text the command cannot use."""
     for name, ceiling in (("num_samples", MAX_SAMPLES), ("max_new_tokens", MAX_NEW_TOKENS)):
         value = getattr(args, name)
         if value < 1:
@@ -109,7 +115,6 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     for item in args.items:
         if "=" not in item or item.startswith("="):
             raise ConfigError(f"{item!r} is not key=value (e.g. trainer.device=cpu)")
-    return args
 
 
 @dataclass
@@ -317,21 +322,17 @@ def write_samples(
     return tally
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
     """The command: the samples, streamed; one line with the error and exit status 2; or, on a
     signal, what was drawn, one line and exit status 128+signal."""
-    from src.run import user_error
+    return run_command(command_line(), sample, argv, intermixed=True)
 
-    try:
-        args = parse(argv)
-        loaded = load(args.run_dir, args.checkpoint, args.items)
-        start = start_ids(loaded, args)
-    except Exception as error:
-        cause = user_error(error)
-        if cause is None:
-            raise
-        print(f"error: {message_of(cause)}", file=sys.stderr)
-        sys.exit(2)
+
+def sample(args: argparse.Namespace) -> int:
+    """The command's work: the run loaded, its samples streamed; 128+signal where one stops it."""
+    check_arguments(args)
+    loaded = load(args.run_dir, args.checkpoint, args.items)
+    start = start_ids(loaded, args)
     print(f"note: {loaded.which}.pt, step {loaded.step}, on {loaded.device}", file=sys.stderr, flush=True)
     tally = Tally()
     previous = {signum: signal.signal(signum, raise_stopped) for signum in STOP_SIGNALS}
@@ -344,17 +345,12 @@ def main(argv: list[str] | None = None) -> None:
             file=sys.stderr,
             flush=True,
         )
-        sys.exit(128 + stop.signum)
-    except Exception as error:
-        cause = user_error(error)
-        if cause is None:
-            raise
-        print(f"error: {message_of(cause)}", file=sys.stderr)
-        sys.exit(2)
+        return 128 + stop.signum
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

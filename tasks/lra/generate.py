@@ -14,6 +14,8 @@ import argparse
 import dataclasses
 from pathlib import Path
 
+from src.command import command_parser, run_command
+
 from . import listops, pathfinder
 
 
@@ -22,8 +24,8 @@ def _add_fields(parser: argparse.ArgumentParser, spec_cls: type) -> None:
         parser.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default)
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m tasks.lra.generate", description=__doc__.split("\n")[0])
+def main(argv: list[str] | None = None) -> int:
+    parser = command_parser(__spec__.name, __doc__)
     sub = parser.add_subparsers(dest="task", required=True)
     lo = sub.add_parser("listops", help="basic_{train,val,test}.tsv")
     lo.add_argument("folder", type=Path)
@@ -33,16 +35,21 @@ def main(argv: list[str] | None = None) -> None:
     pf.add_argument("--num-images", type=int, default=1000)
     pf.add_argument("--seed", type=int, default=0)
     _add_fields(pf, pathfinder.PathfinderSpec)
-    args = vars(parser.parse_args(argv))
-    task, folder = args.pop("task"), args.pop("folder")
+    return run_command(parser, write_set, argv)
+
+
+def write_set(args: argparse.Namespace) -> None:
+    """The command's work: the chosen set written into ``args.folder``."""
+    spec = vars(args).copy()
+    task, folder = spec.pop("task"), spec.pop("folder")
     if task == "listops":
-        listops.write_release(folder, listops.generate(listops.ListOpsSpec(**args)))
+        listops.write_release(folder, listops.generate(listops.ListOpsSpec(**spec)))
         print(f"wrote {folder}/basic_{{train,val,test}}.tsv")
     else:
-        num, seed = args.pop("num_images"), args.pop("seed")
-        out = pathfinder.write_release(folder, num, pathfinder.PathfinderSpec(**args), seed=seed)
+        num, seed = spec.pop("num_images"), spec.pop("seed")
+        out = pathfinder.write_release(folder, num, pathfinder.PathfinderSpec(**spec), seed=seed)
         print(f"wrote {num} images to {out}")
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

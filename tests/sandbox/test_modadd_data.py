@@ -9,8 +9,7 @@ import torch
 from conftest import compose
 from hydra.utils import instantiate
 
-from src.errors import ConfigError
-from src.run import user_error
+from src.errors import ConfigError, user_error
 from tasks.modadd import partial_sums, sparse_modular_addition
 
 
