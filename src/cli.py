@@ -124,10 +124,14 @@ def config_loader(extra_dirs: list[Path] = ()):
     test) sets up after."""
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
     from hydra._internal.utils import create_config_search_path
+    from hydra.core.config_search_path import SearchPathQuery
 
     search_path = create_config_search_path(f"file://{CONF}")
+    # where Hydra's main puts --config-dir: before the schema source, which stays last
     for folder in extra_dirs:
-        search_path.append(provider="command-line", path=f"file://{folder}")
+        search_path.prepend(
+            provider="command-line", path=f"file://{folder}", anchor=SearchPathQuery(provider="schema")
+        )
     return ConfigLoaderImpl(config_search_path=search_path)
 
 

@@ -301,3 +301,17 @@ def test_new_keys_the_suite_reads_are_kept(tmp_path):
 
     precheck.precheck(["attn=compose", "attn.parts=[cond_init,spectral]", "+attn.spectral.mode=svd"])
     precheck.precheck(["++backbone.model.embed_dim=24"])
+
+
+def test_a_config_dir_keeps_the_checks_before_the_run(tmp_path):
+    """``--config-dir DIR`` goes where Hydra's main puts it, before the schema source: the config
+    composes and its values are checked (a loader that put it after the schema made Hydra fail
+    its own assertion, and the checks were skipped without a word)."""
+    from src import precheck
+    from src.errors import ConfigError
+
+    (tmp_path / "experiment").mkdir()
+    (tmp_path / "experiment" / "mine.yaml").write_text("# @package _global_\noptim:\n  lr: 0.01\n")
+    precheck.precheck(["--config-dir", str(tmp_path), "experiment=mine"])
+    with pytest.raises(ConfigError, match="trainer.clip_grad=-1.0 must be greater than 0"):
+        precheck.precheck(["--config-dir", str(tmp_path), "experiment=mine", "trainer.clip_grad=-1"])
