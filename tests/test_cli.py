@@ -315,3 +315,15 @@ def test_a_config_dir_keeps_the_checks_before_the_run(tmp_path):
     precheck.precheck(["--config-dir", str(tmp_path), "experiment=mine"])
     with pytest.raises(ConfigError, match="trainer.clip_grad=-1.0 must be greater than 0"):
         precheck.precheck(["--config-dir", str(tmp_path), "experiment=mine", "trainer.clip_grad=-1"])
+
+
+def test_a_key_of_an_experiment_file_points_at_it():
+    """P5's ``optim.mlp_lr_discount`` is added by the experiment that names its hook: asked for
+    without it, the one line names the experiment and a command that works."""
+    from src import precheck
+    from src.errors import ConfigError
+
+    command = "experiment=paper/p5_mlp_lr optim.mlp_lr_discount=4"
+    with pytest.raises(ConfigError, match=command):
+        precheck.precheck(["task=modadd", "backbone=sandbox", "optim.mlp_lr_discount=4"])
+    precheck.precheck(command.split())
