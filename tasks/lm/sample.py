@@ -46,7 +46,7 @@ from torch import Tensor, nn
 
 from src.command import command_parser, run_command
 from src.engine.loop import evaluation
-from src.engine.loop.model import build_model
+from src.engine.loop.prepared import prepared
 from src.errors import ConfigError
 
 SEPARATOR = "-" * 40
@@ -163,9 +163,9 @@ def load(run_dir: Path, which: str = "best", overrides: list[str] | None = None)
     else:
         best_step = recorded_best_step(run_dir)
         opened = evaluation.open_checkpoint(run_dir, which, print_note, best_step, recorded.owners)
-    task = instantiate(cfg.task)
-    task.datasets(Path(cfg.paths.data_dir))  # the run's tokenizer (and the model's vocabulary)
-    model = build_model(cfg, task)  # as training built it, before the checkpoint's weights
+    # as evaluation builds it (the validation split sets the run's tokenizer and the model's
+    # vocabulary), then the checkpoint's weights
+    task, _, model = prepared(cfg, instantiate(cfg.task), split="val")
     evaluation.load_weights(model, opened)
     device = resolve_device(cfg.trainer.device, 0)  # one process: no process group to start
     return Loaded(model.to(device).eval(), task.tokenizer, device, opened.step, opened.which)
