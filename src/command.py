@@ -51,7 +51,7 @@ def run_command(
     """Parse ``argv`` (``sys.argv[1:]`` when None; ``intermixed``: options between positionals) and
     call ``handler``; the exit status as the module's docstring states it. ``--help`` and usage
     errors end in argparse's :class:`SystemExit`, as ever."""
-    try:  # a parser may raise the suite's errors too (src.sample's: one line, not argparse's usage)
+    try:  # a parser may raise the suite's errors too (tasks.lm.sample's: one line, not argparse's usage)
         args = parser.parse_intermixed_args(argv) if intermixed else parser.parse_args(argv)
         status = handler(args)
     except KeyboardInterrupt:
