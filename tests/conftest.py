@@ -129,6 +129,41 @@ def run_cli(
     )
 
 
+#: what a SLURM cluster's sbatch says to a partition it does not have
+SBATCH_REFUSAL = "sbatch: error: Batch job submission failed: Invalid partition name specified"
+
+
+def stand_in_slurm(folder: Path, sbatch: str) -> dict[str, str]:
+    """Stand-ins for SLURM's commands in ``folder/bin`` (``sbatch`` runs the shell line ``sbatch``;
+    ``sinfo`` names one partition, ``srun``, which submitit looks for, succeeds): the environment
+    that puts them first on the PATH."""
+    bin_dir = folder / "bin"
+    bin_dir.mkdir()
+    for name, script in {"sbatch": sbatch, "sinfo": "echo debug", "srun": "exit 0"}.items():
+        (bin_dir / name).write_text(f"#!/bin/sh\n{script}\n")
+        (bin_dir / name).chmod(0o700)
+    return {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+
+
+def recorded_fsyncs_and_renames(monkeypatch, rename_as: Callable[[str, str], str]) -> list[tuple[str, str]]:
+    """``os.fsync`` and ``os.replace`` recorded in order, as ``("fsync", the file's path)`` and
+    ``("rename", rename_as(src, dst))``, each still done."""
+    events: list[tuple[str, str]] = []
+    fsync, replace = os.fsync, os.replace
+
+    def recorded_fsync(fd: int) -> None:
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        fsync(fd)
+
+    def recorded_replace(src, dst) -> None:
+        events.append(("rename", rename_as(str(src), str(dst))))
+        replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", recorded_fsync)
+    monkeypatch.setattr(os, "replace", recorded_replace)
+    return events
+
+
 def make_image_folder(root: Path, classes: int = 3, per_class: int = 4, size: int = 40) -> Path:
     """A small ImageFolder in ImageNet's layout: ``root/imagenet/{train,val}/<class>/*.JPEG``."""
     from PIL import Image

@@ -4,11 +4,10 @@ the CPU-bound worker count, SLURM's tasks_per_node on CPU-only nodes and sbatch'
 from __future__ import annotations
 
 import os
-import stat
 from pathlib import Path
 
 import pytest
-from conftest import CONF, QUIET, run_cli
+from conftest import CONF, QUIET, SBATCH_REFUSAL, run_cli, stand_in_slurm
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
@@ -18,7 +17,7 @@ from src.configs import compose
 from src.errors import ConfigError
 
 GROUPS = ["attn", "backbone", "experiment", "hydra/launcher", "optim", "reading", "sched", "task"]
-REFUSAL = "sbatch: error: Batch job submission failed: Invalid partition name specified"
+REFUSAL = SBATCH_REFUSAL
 LONG_RUN = "outputs/runs/imagenet/vit_micro/precond/seed=0," + ",".join(
     f"backbone.model.option_{i}={i}" for i in range(20)
 )
@@ -176,16 +175,7 @@ def test_slurm_runs_one_task_per_gpu_and_one_without_gpus(gpus, tasks, tmp_path)
 
 
 def test_sbatchs_refusal_is_one_line_with_what_to_change(tmp_path):
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    for name, script in {
-        "sbatch": f"echo '{REFUSAL}' >&2; exit 1",
-        "sinfo": "echo debug",
-        "srun": "exit 0",  # submitit looks for it before it submits
-    }.items():
-        (bin_dir / name).write_text(f"#!/bin/sh\n{script}\n")
-        (bin_dir / name).chmod(stat.S_IRWXU)
-    env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    env = stand_in_slurm(tmp_path, f"echo '{REFUSAL}' >&2; exit 1")
     args = ["-m", "hydra/launcher=slurm", "hydra.launcher.gpus_per_node=0", "trainer.max_steps=2"]
     result = run_cli(args, cwd=tmp_path, env=env)
     assert result.returncode == 2 and "Traceback" not in result.stderr

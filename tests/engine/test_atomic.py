@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
+from conftest import recorded_fsyncs_and_renames
 
 from src.engine.record import atomic
 
@@ -58,19 +59,7 @@ def test_an_error_in_the_writer_leaves_the_old_content_and_no_temporary(tmp_path
 
 
 def test_the_file_is_fsynced_before_the_rename_and_the_folder_after(tmp_path, monkeypatch):
-    events: list[tuple[str, str]] = []
-    fsync, replace = os.fsync, os.replace
-
-    def recorded_fsync(fd: int) -> None:
-        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
-        fsync(fd)
-
-    def recorded_replace(src, dst) -> None:
-        events.append(("rename", str(dst)))
-        replace(src, dst)
-
-    monkeypatch.setattr(os, "fsync", recorded_fsync)
-    monkeypatch.setattr(os, "replace", recorded_replace)
+    events = recorded_fsyncs_and_renames(monkeypatch, lambda src, dst: dst)
     path = tmp_path / "manifest.json"
     atomic.write_text(path, "{}")
     (synced, tmp), (renamed, target), (folder_synced, folder) = events

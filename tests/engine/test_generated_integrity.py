@@ -5,7 +5,6 @@ run, ``python -m src.eval``, the generators) and proves the damaged file refused
 from __future__ import annotations
 
 import json
-import os
 import random
 import re
 import warnings
@@ -13,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import compose
+from conftest import compose, recorded_fsyncs_and_renames
 from smoke.lm import documents, lines
 
 from src.engine import generated, train
@@ -137,19 +136,7 @@ def test_the_token_cache_is_fsynced_before_it_is_renamed_into_place_and_the_mark
     from tasks.lm.cache import cached_tokens
     from tasks.lm.tokenizer import ByteTokenizer
 
-    events: list[tuple[str, str]] = []
-    fsync, replace = os.fsync, os.replace
-
-    def recorded_fsync(fd: int) -> None:
-        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
-        fsync(fd)
-
-    def recorded_replace(src, dst) -> None:
-        events.append(("rename", f"{src} -> {dst}"))
-        replace(src, dst)
-
-    monkeypatch.setattr(os, "fsync", recorded_fsync)
-    monkeypatch.setattr(os, "replace", recorded_replace)
+    events = recorded_fsyncs_and_renames(monkeypatch, lambda src, dst: f"{src} -> {dst}")
     base = tmp_path / "validation"
     tokens = cached_tokens(base, lambda: [["some text ", "and more"]], ByteTokenizer(), False, {"files": 1})
     assert tokens.tolist() == list(b"some text and more")

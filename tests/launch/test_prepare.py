@@ -4,12 +4,10 @@ sweep whose data is not prepared before anything is submitted and builds nothing
 
 from __future__ import annotations
 
-import os
-import stat
 from pathlib import Path
 
 import pytest
-from conftest import QUIET, main_in_process, run_cli
+from conftest import QUIET, SBATCH_REFUSAL, main_in_process, run_cli, stand_in_slurm
 from hydra.utils import instantiate
 
 from launch.cluster import prepare as prep
@@ -17,7 +15,7 @@ from launch.cluster.callbacks import DataPrepared
 from src.configs import compose
 from src.engine.generated import preparing
 
-REFUSAL = "sbatch: error: Batch job submission failed: Invalid partition name specified"
+REFUSAL = SBATCH_REFUSAL
 #: the glue_tiny pipeline narrowed to one variant and seed: mlm_tiny, glue_tiny_sst2, glue_tiny_rte
 GLUE_TINY = ["experiment=glue_tiny", "attn=standard", "seed=0"]
 
@@ -190,16 +188,7 @@ def test_local_multiruns_are_not_checked(tmp_path):
 def test_an_unprepared_slurm_sweep_submits_nothing(tmp_path):
     """The real entry point with stand-ins for SLURM's commands: refused before sbatch runs; once
     prepared, the same command goes on to submit (and meets the stand-in sbatch's refusal)."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    for name, script in {
-        "sbatch": f"touch {tmp_path}/sbatch-ran; echo '{REFUSAL}' >&2; exit 1",
-        "sinfo": "echo debug",
-        "srun": "exit 0",  # submitit looks for it before it submits
-    }.items():
-        (bin_dir / name).write_text(f"#!/bin/sh\n{script}\n")
-        (bin_dir / name).chmod(stat.S_IRWXU)
-    env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    env = stand_in_slurm(tmp_path, f"touch {tmp_path}/sbatch-ran; echo '{REFUSAL}' >&2; exit 1")
     args = ["-m", *GLUE_TINY, f"paths.data_dir={tmp_path / 'data'}", "hydra/launcher=slurm"]
     args += ["hydra.launcher.gpus_per_node=0"]
     refused = run_cli(args, cwd=tmp_path, env=env)
