@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import QUIET, ROOT, compose, make_image_folder, run_cli
+from conftest import QUIET, ROOT, compose, main_in_process, make_image_folder, one_error_line, run_cli
 from smoke.lm import HUB
 
 from launch.analysis import report
@@ -673,10 +673,33 @@ CATALOGUE = [
 CATALOGUE = [c if len(c) == 6 else (*c, None, {}) for c in CATALOGUE]  # (id, args, message, status)
 
 
+#: Cases src/cli.py or src/precheck.py refuses from the config alone, before Hydra's main and before
+#: torch is imported: checked through the entry point's own function, in this process (the test
+#: fails if one reaches Hydra's main). The process boundary (exit status, one stderr line, nothing
+#: written) is the same code path for all of them, proven by those in PROCESS_KEPT.
+CONFIG_ALONE = {
+    *("unknown-task", "unknown-backbone", "unknown-attn", "unknown-debug", "unknown-experiment"),
+    *("unknown-trainer-option", "bad-choice", "no-length", "bad-seed", "bad-accumulate", "incompatible"),
+    *("negative-seed", "batch-of-zero", "eval-batch-of-zero", "negative-threads", "no-validation-data"),
+    *("nan-learning-rate", "negative-clipping", "negative-eval-batches", "ema-over-one"),
+    *("new-trainer-key", "new-top-level-key", "sweep-cfg-job", "sweep-cfg-hydra", "attn-and-reading"),
+    "cfg-resolve-pretrained-by",
+}
+#: One of each kind of config-alone refusal, still in a real ``python -m src.run`` process: a group
+#: selection (src/cli.py), a key, a value, a task/backbone fit, and -m with --cfg (src/precheck.py).
+PROCESS_KEPT = {
+    "unknown-backbone",
+    "unknown-trainer-option",
+    "negative-seed",
+    "incompatible",
+    "sweep-cfg-job",
+}
+
+
 @pytest.mark.parametrize(
     "args, message, status, setup, extra", [c[1:] for c in CATALOGUE], ids=[c[0] for c in CATALOGUE]
 )
-def test_bad_input_ends_in_one_clear_message(args, message, status, setup, extra, tmp_path):
+def test_bad_input_ends_in_one_clear_message(args, message, status, setup, extra, tmp_path, request):
     if extra.get("needs"):
         pytest.importorskip(extra["needs"])
     if setup is not None:
@@ -686,21 +709,27 @@ def test_bad_input_ends_in_one_clear_message(args, message, status, setup, extra
         for p in tmp_path.glob("outputs/**/*")
         if p.is_file() and p.suffix != ".log"
     }
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled", **extra.get("env", {})}
     options, overrides = split_options(args)
-    result = subprocess.run(
-        [sys.executable, "-m", "src.run", *options, "trainer.max_steps=2", *overrides, *QUIET],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        preexec_fn=extra.get("preexec"),
-    )
-    assert result.returncode == status, result.stderr[-2000:]
-    assert message in result.stderr, result.stderr[-2000:]
+    argv = [*options, "trainer.max_steps=2", *overrides, *QUIET]
+    if request.node.callspec.id in CONFIG_ALONE - PROCESS_KEPT:
+        returncode, stderr = refused_in_process(argv, tmp_path, request)
+        one_error_line(stderr)  # exactly one line, the error's
+    else:
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled", **extra.get("env", {})}
+        result = subprocess.run(
+            [sys.executable, "-m", "src.run", *argv],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            preexec_fn=extra.get("preexec"),
+        )
+        returncode, stderr = result.returncode, result.stderr
+    assert returncode == status, stderr[-2000:]
+    assert message in stderr, stderr[-2000:]
     if status == 2:  # the suite's own errors: the message alone, no traceback
-        assert "Traceback" not in result.stderr and "error: " in result.stderr
+        assert "Traceback" not in stderr and "error: " in stderr
     if status:  # nothing half-written, nothing lost: no new checkpoint, no temporary file
         assert not [p for p in tmp_path.glob("**/checkpoints/*") if p not in before]
         assert not list(tmp_path.glob("outputs/**/*.tmp"))
@@ -711,3 +740,20 @@ def test_bad_input_ends_in_one_clear_message(args, message, status, setup, extra
         assert not [p for p in changed if b'"completed"' in before[p]]  # a finished record, untouched
     if extra.get("absent"):
         assert not (tmp_path / extra["absent"]).exists()
+
+
+def refused_in_process(argv: list[str], cwd: Path, request) -> tuple[int, str]:
+    """``python -m src.run ARGV`` from ``cwd`` as its ``cli()`` in this process: (exit status,
+    stderr). Reaching Hydra's main fails the test: the case is refused from the config alone."""
+    from src import run
+
+    def main() -> None:
+        pytest.fail(f"{argv} reached Hydra's main: not refused from the config alone")
+
+    monkeypatch, capsys = request.getfixturevalue("monkeypatch"), request.getfixturevalue("capsys")
+    monkeypatch.chdir(cwd)
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    monkeypatch.setattr(sys, "argv", ["src/run.py", *argv])
+    monkeypatch.setattr(run, "main", main)
+    code, _, stderr = main_in_process(lambda _: run.cli(), capsys)
+    return code, stderr
