@@ -674,9 +674,7 @@ CATALOGUE = [c if len(c) == 6 else (*c, None, {}) for c in CATALOGUE]  # (id, ar
 
 
 #: Cases src/cli.py or src/precheck.py refuses from the config alone, before Hydra's main and before
-#: torch is imported: checked through the entry point's own function, in this process (the test
-#: fails if one reaches Hydra's main). The process boundary (exit status, one stderr line, nothing
-#: written) is the same code path for all of them, proven by those in PROCESS_KEPT.
+#: torch is imported: in process, the test fails if one reaches Hydra's main.
 CONFIG_ALONE = {
     *("unknown-task", "unknown-backbone", "unknown-attn", "unknown-debug", "unknown-experiment"),
     *("unknown-trainer-option", "bad-choice", "no-length", "bad-seed", "bad-accumulate", "incompatible"),
@@ -685,14 +683,17 @@ CONFIG_ALONE = {
     *("new-trainer-key", "new-top-level-key", "sweep-cfg-job", "sweep-cfg-hydra", "attn-and-reading"),
     "cfg-resolve-pretrained-by",
 }
-#: One of each kind of config-alone refusal, still in a real ``python -m src.run`` process: a group
-#: selection (src/cli.py), a key, a value, a task/backbone fit, and -m with --cfg (src/precheck.py).
+#: Cases run as a real ``python -m src.run`` process, proving the process boundary (exit status, the
+#: one line on stderr, nothing written) for each kind of refusal: one of each config-alone kind (a
+#: group selection, a key, a value, a task/backbone fit, -m with --cfg), a data folder and a record
+#: refused by the run, a data loader's worker process, a crafted pickle (kept out of the test's own
+#: process), the detection stack and a warning (pytest records warnings: only a process of its own
+#: shows one on stderr); cases with rlimits or their own environment are processes too.
+#: The others call the entry point's own ``cli()`` in this process: the same argv, cwd and code path.
 PROCESS_KEPT = {
-    "unknown-backbone",
-    "unknown-trainer-option",
-    "negative-seed",
-    "incompatible",
-    "sweep-cfg-job",
+    *("unknown-backbone", "unknown-trainer-option", "negative-seed", "incompatible", "sweep-cfg-job"),
+    *("missing-data-folder", "resume-never", "broken-file-in-a-worker", "crafted-cifar-batch"),
+    *("coco-categories-match-no-class", "truncated-token-cache"),
 }
 
 
@@ -711,9 +712,11 @@ def test_bad_input_ends_in_one_clear_message(args, message, status, setup, extra
     }
     options, overrides = split_options(args)
     argv = [*options, "trainer.max_steps=2", *overrides, *QUIET]
-    if request.node.callspec.id in CONFIG_ALONE - PROCESS_KEPT:
-        returncode, stderr = refused_in_process(argv, tmp_path, request)
-        one_error_line(stderr)  # exactly one line, the error's
+    case = request.node.callspec.id
+    if case not in PROCESS_KEPT and not extra.get("preexec") and not extra.get("env"):
+        returncode, stderr = entry_point_in_process(argv, tmp_path, request, case in CONFIG_ALONE)
+        if case in CONFIG_ALONE:
+            one_error_line(stderr)  # exactly one line, the error's
     else:
         env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled", **extra.get("env", {})}
         result = subprocess.run(
@@ -742,18 +745,27 @@ def test_bad_input_ends_in_one_clear_message(args, message, status, setup, extra
         assert not (tmp_path / extra["absent"]).exists()
 
 
-def refused_in_process(argv: list[str], cwd: Path, request) -> tuple[int, str]:
+def entry_point_in_process(argv: list[str], cwd: Path, request, config_alone: bool) -> tuple[int, str]:
     """``python -m src.run ARGV`` from ``cwd`` as its ``cli()`` in this process: (exit status,
-    stderr). Reaching Hydra's main fails the test: the case is refused from the config alone."""
+    stderr). ``config_alone``: reaching Hydra's main fails the test. Otherwise Hydra finds conf/ as
+    it does under ``python -m src.run`` (from the main module's file, src/run.py)."""
+    import logging
+
     from src import run
 
-    def main() -> None:
+    def refused_before_main() -> None:
         pytest.fail(f"{argv} reached Hydra's main: not refused from the config alone")
 
     monkeypatch, capsys = request.getfixturevalue("monkeypatch"), request.getfixturevalue("capsys")
     monkeypatch.chdir(cwd)
     monkeypatch.setenv("WANDB_MODE", "disabled")
-    monkeypatch.setattr(sys, "argv", ["src/run.py", *argv])
-    monkeypatch.setattr(run, "main", main)
+    monkeypatch.setattr(sys, "argv", [str(ROOT / "src" / "run.py"), *argv])
+    monkeypatch.setattr(logging.root, "handlers", logging.root.handlers[:])  # Hydra's job logging,
+    monkeypatch.setattr(logging.root, "level", logging.root.level)  # restored after the test
+    if config_alone:
+        monkeypatch.setattr(run, "main", refused_before_main)
+    else:
+        monkeypatch.setattr(run.main.__wrapped__, "__module__", "__main__")
+        monkeypatch.setattr(sys.modules["__main__"], "__file__", str(ROOT / "src" / "run.py"))
     code, _, stderr = main_in_process(lambda _: run.cli(), capsys)
     return code, stderr
