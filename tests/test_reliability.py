@@ -5,7 +5,9 @@ Longer than 300 lines: every way a run can be interrupted or fed bad input, in o
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import random
 import resource
@@ -13,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -300,10 +303,11 @@ def split_options(args: list[str]) -> tuple[list[str], list[str]]:
 
 
 def earlier_session(root: Path, *args: str) -> None:
-    """The same command once before, to completion (``trainer.max_steps=2``, as every case runs)."""
+    """The same command once before, to completion (``trainer.max_steps=2``, as every case runs), in
+    this process: the record it leaves is what the case's command meets."""
     options, overrides = split_options(list(args))
-    result = run_cli([*options, "trainer.max_steps=2", *overrides], cwd=root)
-    assert result.returncode == 0, result.stderr[-2000:]
+    with src_run_here([*options, "trainer.max_steps=2", *overrides, *QUIET], root) as cli:
+        cli()  # a refusal or failure ends it with SystemExit
 
 
 def edited_experiment(root: Path) -> None:
@@ -714,7 +718,8 @@ def test_bad_input_ends_in_one_clear_message(args, message, status, setup, extra
     argv = [*options, "trainer.max_steps=2", *overrides, *QUIET]
     case = request.node.callspec.id
     if case not in PROCESS_KEPT and not extra.get("preexec") and not extra.get("env"):
-        returncode, stderr = entry_point_in_process(argv, tmp_path, request, case in CONFIG_ALONE)
+        with src_run_here(argv, tmp_path, config_alone=case in CONFIG_ALONE) as cli:
+            returncode, _, stderr = main_in_process(lambda _: cli(), request.getfixturevalue("capsys"))
         if case in CONFIG_ALONE:
             one_error_line(stderr)  # exactly one line, the error's
     else:
@@ -745,27 +750,25 @@ def test_bad_input_ends_in_one_clear_message(args, message, status, setup, extra
         assert not (tmp_path / extra["absent"]).exists()
 
 
-def entry_point_in_process(argv: list[str], cwd: Path, request, config_alone: bool) -> tuple[int, str]:
-    """``python -m src.run ARGV`` from ``cwd`` as its ``cli()`` in this process: (exit status,
-    stderr). ``config_alone``: reaching Hydra's main fails the test. Otherwise Hydra finds conf/ as
-    it does under ``python -m src.run`` (from the main module's file, src/run.py)."""
-    import logging
-
+@contextlib.contextmanager
+def src_run_here(argv: list[str], cwd: Path, config_alone: bool = False) -> Iterator[Callable[[], None]]:
+    """``python -m src.run ARGV`` from ``cwd``, as its ``cli()`` to call in this process. Hydra finds
+    conf/ as it does under ``python -m src.run`` (from the main module's file, src/run.py).
+    ``config_alone``: reaching Hydra's main fails the test."""
     from src import run
 
     def refused_before_main() -> None:
         pytest.fail(f"{argv} reached Hydra's main: not refused from the config alone")
 
-    monkeypatch, capsys = request.getfixturevalue("monkeypatch"), request.getfixturevalue("capsys")
-    monkeypatch.chdir(cwd)
-    monkeypatch.setenv("WANDB_MODE", "disabled")
-    monkeypatch.setattr(sys, "argv", [str(ROOT / "src" / "run.py"), *argv])
-    monkeypatch.setattr(logging.root, "handlers", logging.root.handlers[:])  # Hydra's job logging,
-    monkeypatch.setattr(logging.root, "level", logging.root.level)  # restored after the test
-    if config_alone:
-        monkeypatch.setattr(run, "main", refused_before_main)
-    else:
-        monkeypatch.setattr(run.main.__wrapped__, "__module__", "__main__")
-        monkeypatch.setattr(sys.modules["__main__"], "__file__", str(ROOT / "src" / "run.py"))
-    code, _, stderr = main_in_process(lambda _: run.cli(), capsys)
-    return code, stderr
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(cwd)
+        patch.setenv("WANDB_MODE", "disabled")
+        patch.setattr(sys, "argv", [str(ROOT / "src" / "run.py"), *argv])
+        patch.setattr(logging.root, "handlers", logging.root.handlers[:])  # Hydra's job logging,
+        patch.setattr(logging.root, "level", logging.root.level)  # restored after the run
+        if config_alone:
+            patch.setattr(run, "main", refused_before_main)
+        else:
+            patch.setattr(run.main.__wrapped__, "__module__", "__main__")
+            patch.setattr(sys.modules["__main__"], "__file__", str(ROOT / "src" / "run.py"))
+        yield run.cli
