@@ -755,6 +755,8 @@ def src_run_here(argv: list[str], cwd: Path, config_alone: bool = False) -> Iter
     """``python -m src.run ARGV`` from ``cwd``, as its ``cli()`` to call in this process. Hydra finds
     conf/ as it does under ``python -m src.run`` (from the main module's file, src/run.py).
     ``config_alone``: reaching Hydra's main fails the test."""
+    from hydra.core.hydra_config import HydraConfig
+
     from src import run
 
     def refused_before_main() -> None:
@@ -765,7 +767,8 @@ def src_run_here(argv: list[str], cwd: Path, config_alone: bool = False) -> Iter
         patch.setenv("WANDB_MODE", "disabled")
         patch.setattr(sys, "argv", [str(ROOT / "src" / "run.py"), *argv])
         patch.setattr(logging.root, "handlers", logging.root.handlers[:])  # Hydra's job logging,
-        patch.setattr(logging.root, "level", logging.root.level)  # restored after the run
+        patch.setattr(logging.root, "level", logging.root.level)  # restored after the run, as is
+        patch.setattr(HydraConfig.instance(), "cfg", HydraConfig.instance().cfg)  # the job's config
         if config_alone:
             patch.setattr(run, "main", refused_before_main)
         else:
