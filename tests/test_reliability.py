@@ -5,9 +5,7 @@ Longer than 300 lines: every way a run can be interrupted or fed bad input, in o
 
 from __future__ import annotations
 
-import contextlib
 import json
-import logging
 import os
 import random
 import resource
@@ -15,12 +13,20 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import QUIET, ROOT, compose, main_in_process, make_image_folder, one_error_line, run_cli
+from conftest import (
+    QUIET,
+    ROOT,
+    compose,
+    main_in_process,
+    make_image_folder,
+    one_error_line,
+    run_cli,
+    src_run_here,
+)
 from smoke.lm import HUB
 
 from launch.analysis import report
@@ -748,30 +754,3 @@ def test_bad_input_ends_in_one_clear_message(args, message, status, setup, extra
         assert not [p for p in changed if b'"completed"' in before[p]]  # a finished record, untouched
     if extra.get("absent"):
         assert not (tmp_path / extra["absent"]).exists()
-
-
-@contextlib.contextmanager
-def src_run_here(argv: list[str], cwd: Path, config_alone: bool = False) -> Iterator[Callable[[], None]]:
-    """``python -m src.run ARGV`` from ``cwd``, as its ``cli()`` to call in this process. Hydra finds
-    conf/ as it does under ``python -m src.run`` (from the main module's file, src/run.py).
-    ``config_alone``: reaching Hydra's main fails the test."""
-    from hydra.core.hydra_config import HydraConfig
-
-    from src import run
-
-    def refused_before_main() -> None:
-        pytest.fail(f"{argv} reached Hydra's main: not refused from the config alone")
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.chdir(cwd)
-        patch.setenv("WANDB_MODE", "disabled")
-        patch.setattr(sys, "argv", [str(ROOT / "src" / "run.py"), *argv])
-        patch.setattr(logging.root, "handlers", logging.root.handlers[:])  # Hydra's job logging,
-        patch.setattr(logging.root, "level", logging.root.level)  # restored after the run, as is
-        patch.setattr(HydraConfig.instance(), "cfg", HydraConfig.instance().cfg)  # the job's config
-        if config_alone:
-            patch.setattr(run, "main", refused_before_main)
-        else:
-            patch.setattr(run.main.__wrapped__, "__module__", "__main__")
-            patch.setattr(sys.modules["__main__"], "__file__", str(ROOT / "src" / "run.py"))
-        yield run.cli
