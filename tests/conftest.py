@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 
 import pytest
 import torch
@@ -85,6 +86,35 @@ def main_in_process(main: Callable[[list[str]], object], capsys, *args) -> tuple
         code = exit_.code
     out = capsys.readouterr()
     return code, out.out, out.err
+
+
+@contextlib.contextmanager
+def src_run_here(argv: list[str], cwd: Path, config_alone: bool = False) -> Iterator[Callable[[], None]]:
+    """``python -m src.run ARGV`` from ``cwd``, as its ``cli()`` to call in this process. Hydra finds
+    conf/ as it does under ``python -m src.run`` (from the main module's file, src/run.py).
+    ``config_alone``: reaching Hydra's main fails the test."""
+    import logging
+
+    from hydra.core.hydra_config import HydraConfig
+
+    from src import run
+
+    def refused_before_main() -> None:
+        pytest.fail(f"{argv} reached Hydra's main: not refused from the config alone")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(cwd)
+        patch.setenv("WANDB_MODE", "disabled")
+        patch.setattr(sys, "argv", [str(ROOT / "src" / "run.py"), *argv])
+        patch.setattr(logging.root, "handlers", logging.root.handlers[:])  # Hydra's job logging,
+        patch.setattr(logging.root, "level", logging.root.level)  # restored after the run, as is
+        patch.setattr(HydraConfig.instance(), "cfg", HydraConfig.instance().cfg)  # the job's config
+        if config_alone:
+            patch.setattr(run, "main", refused_before_main)
+        else:
+            patch.setattr(run.main.__wrapped__, "__module__", "__main__")
+            patch.setattr(sys.modules["__main__"], "__file__", str(ROOT / "src" / "run.py"))
+        yield run.cli
 
 
 def report_in_a_bounded_process(folder: Path, out: Path) -> subprocess.CompletedProcess:

@@ -17,7 +17,16 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import QUIET, ROOT, compose, make_image_folder, run_cli
+from conftest import (
+    QUIET,
+    ROOT,
+    compose,
+    main_in_process,
+    make_image_folder,
+    one_error_line,
+    run_cli,
+    src_run_here,
+)
 from smoke.lm import HUB
 
 from launch.analysis import report
@@ -300,10 +309,11 @@ def split_options(args: list[str]) -> tuple[list[str], list[str]]:
 
 
 def earlier_session(root: Path, *args: str) -> None:
-    """The same command once before, to completion (``trainer.max_steps=2``, as every case runs)."""
+    """The same command once before, to completion (``trainer.max_steps=2``, as every case runs), in
+    this process: the record it leaves is what the case's command meets."""
     options, overrides = split_options(list(args))
-    result = run_cli([*options, "trainer.max_steps=2", *overrides], cwd=root)
-    assert result.returncode == 0, result.stderr[-2000:]
+    with src_run_here([*options, "trainer.max_steps=2", *overrides, *QUIET], root) as cli:
+        cli()  # a refusal or failure ends it with SystemExit
 
 
 def edited_experiment(root: Path) -> None:
@@ -673,10 +683,34 @@ CATALOGUE = [
 CATALOGUE = [c if len(c) == 6 else (*c, None, {}) for c in CATALOGUE]  # (id, args, message, status)
 
 
+#: Cases src/cli.py or src/precheck.py refuses from the config alone, before Hydra's main and before
+#: torch is imported: in process, the test fails if one reaches Hydra's main.
+CONFIG_ALONE = {
+    *("unknown-task", "unknown-backbone", "unknown-attn", "unknown-debug", "unknown-experiment"),
+    *("unknown-trainer-option", "bad-choice", "no-length", "bad-seed", "bad-accumulate", "incompatible"),
+    *("negative-seed", "batch-of-zero", "eval-batch-of-zero", "negative-threads", "no-validation-data"),
+    *("nan-learning-rate", "negative-clipping", "negative-eval-batches", "ema-over-one"),
+    *("new-trainer-key", "new-top-level-key", "sweep-cfg-job", "sweep-cfg-hydra", "attn-and-reading"),
+    "cfg-resolve-pretrained-by",
+}
+#: Cases run as a real ``python -m src.run`` process, proving the process boundary (exit status, the
+#: one line on stderr, nothing written) for each kind of refusal: one of each config-alone kind (a
+#: group selection, a key, a value, a task/backbone fit, -m with --cfg), a data folder and a record
+#: refused by the run, a data loader's worker process, a crafted pickle (kept out of the test's own
+#: process), the detection stack and a warning (pytest records warnings: only a process of its own
+#: shows one on stderr); cases with rlimits or their own environment are processes too.
+#: The others call the entry point's own ``cli()`` in this process: the same argv, cwd and code path.
+PROCESS_KEPT = {
+    *("unknown-backbone", "unknown-trainer-option", "negative-seed", "incompatible", "sweep-cfg-job"),
+    *("missing-data-folder", "resume-never", "broken-file-in-a-worker", "crafted-cifar-batch"),
+    *("coco-categories-match-no-class", "truncated-token-cache"),
+}
+
+
 @pytest.mark.parametrize(
     "args, message, status, setup, extra", [c[1:] for c in CATALOGUE], ids=[c[0] for c in CATALOGUE]
 )
-def test_bad_input_ends_in_one_clear_message(args, message, status, setup, extra, tmp_path):
+def test_bad_input_ends_in_one_clear_message(args, message, status, setup, extra, tmp_path, request):
     if extra.get("needs"):
         pytest.importorskip(extra["needs"])
     if setup is not None:
@@ -686,21 +720,30 @@ def test_bad_input_ends_in_one_clear_message(args, message, status, setup, extra
         for p in tmp_path.glob("outputs/**/*")
         if p.is_file() and p.suffix != ".log"
     }
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled", **extra.get("env", {})}
     options, overrides = split_options(args)
-    result = subprocess.run(
-        [sys.executable, "-m", "src.run", *options, "trainer.max_steps=2", *overrides, *QUIET],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        preexec_fn=extra.get("preexec"),
-    )
-    assert result.returncode == status, result.stderr[-2000:]
-    assert message in result.stderr, result.stderr[-2000:]
+    argv = [*options, "trainer.max_steps=2", *overrides, *QUIET]
+    case = request.node.callspec.id
+    if case not in PROCESS_KEPT and not extra.get("preexec") and not extra.get("env"):
+        with src_run_here(argv, tmp_path, config_alone=case in CONFIG_ALONE) as cli:
+            returncode, _, stderr = main_in_process(lambda _: cli(), request.getfixturevalue("capsys"))
+        if case in CONFIG_ALONE:
+            one_error_line(stderr)  # exactly one line, the error's
+    else:
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled", **extra.get("env", {})}
+        result = subprocess.run(
+            [sys.executable, "-m", "src.run", *argv],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            preexec_fn=extra.get("preexec"),
+        )
+        returncode, stderr = result.returncode, result.stderr
+    assert returncode == status, stderr[-2000:]
+    assert message in stderr, stderr[-2000:]
     if status == 2:  # the suite's own errors: the message alone, no traceback
-        assert "Traceback" not in result.stderr and "error: " in result.stderr
+        assert "Traceback" not in stderr and "error: " in stderr
     if status:  # nothing half-written, nothing lost: no new checkpoint, no temporary file
         assert not [p for p in tmp_path.glob("**/checkpoints/*") if p not in before]
         assert not list(tmp_path.glob("outputs/**/*.tmp"))

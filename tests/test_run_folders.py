@@ -3,7 +3,8 @@ is adopted, a process refused a folder leaves Hydra's copy of the command as it 
 that a later session trained past is no longer what the record says.
 
 The runs are the digits default, a few steps, in this process (``train`` with the folder the
-entry point would give it); the refused process is the real entry point.
+entry point would give it); the entry point's ``cli()`` writes and refuses in this process, and
+one refused command is a real process.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import compose, make_image_folder, run_cli
+from conftest import QUIET, compose, main_in_process, make_image_folder, run_cli, src_run_here
 from test_record_integrity import killed
 
 from launch.analysis.records import read_run
@@ -69,20 +70,25 @@ def test_the_same_command_adopts_its_record_from_the_nested_layout_and_resumes(t
     assert (new / "metrics.jsonl").read_text().splitlines()[: len(rows_before) - 1] == rows_before[:-1]
 
 
-def test_a_refused_process_leaves_hydras_copy_of_the_command_as_it_was(tmp_path):
+def test_a_refused_process_leaves_hydras_copy_of_the_command_as_it_was(tmp_path, capsys):
     """The entry point writes ``.hydra/`` once it holds the folder and trains there; a second
     command refused the same folder (``trainer.resume=never``, or a record of another
     configuration) writes nothing into it."""
     args = ["trainer.max_steps=2", "trainer.val_every=2"]
-    assert run_cli(args, cwd=tmp_path).returncode == 0
+    with src_run_here([*args, *QUIET], tmp_path) as cli:  # the entry point's cli(), in this process
+        cli()
     (hydra,) = tmp_path.glob("outputs/runs/**/.hydra")
     written = record_files(hydra)
     assert set(written) == {"config.yaml", "hydra.yaml", "overrides.yaml"}
     assert "trainer.max_steps=2" in written["overrides.yaml"].decode()
-    for refused in (["trainer.resume=never"], ["optim.lr=0.5", f"hydra.run.dir={hydra.parent}"]):
-        result = run_cli([*args, *refused], cwd=tmp_path)
-        assert result.returncode == 2, result.stderr
-        assert record_files(hydra) == written, refused
+    result = run_cli([*args, "trainer.resume=never"], cwd=tmp_path)  # a real process refused
+    assert result.returncode == 2, result.stderr
+    assert record_files(hydra) == written
+    another = [*args, "optim.lr=0.5", f"hydra.run.dir={hydra.parent}", *QUIET]
+    with src_run_here(another, tmp_path) as cli:  # the same refusal path, in this process
+        code, _, stderr = main_in_process(lambda _: cli(), capsys)
+    assert code == 2, stderr
+    assert record_files(hydra) == written
 
 
 def test_a_run_that_trains_after_a_failure_no_longer_says_failed(tmp_path):
