@@ -147,21 +147,3 @@ def test_two_ddp_processes_keep_the_global_batch_of_one(tmp_path):
     assert only_run(tmp_path / "ddp").relative_to(tmp_path / "ddp") == only_run(
         tmp_path / "single"
     ).relative_to(tmp_path / "single")  # the same folder name: the number of processes is not part of the run
-
-
-@pytest.mark.parametrize(
-    "args, message, status",
-    [
-        (["attn=softmax"], "attn=softmax: no such option in conf/attn", 2),  # src/cli.py, listing the options
-        (["attn=spectral", "attn.lam=ten"], "option lam='ten' must be float", 2),
-        (["backbone=vit_base"], "task=digits and backbone=vit_base are incompatible", 2),
-        (["task=imagenet", "paths.data_dir=nowhere"], "missing data folder nowhere/imagenet/train", 2),
-        (["trainer.device=cuda"], "no usable CUDA GPU", 2),
-    ],
-)
-def test_bad_input_ends_with_one_message_and_a_nonzero_status(args, message, status, tmp_path):
-    result = run_cli([*args, "trainer.max_steps=2"], cwd=tmp_path)
-    assert result.returncode == status and message in result.stderr
-    if status == 2:
-        assert result.stderr.strip().startswith("error:") and "Traceback" not in result.stderr
-    assert not list(tmp_path.glob("**/checkpoints/last.pt"))
