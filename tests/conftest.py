@@ -113,7 +113,8 @@ def src_run_here(argv: list[str], cwd: Path, config_alone: bool = False) -> Iter
             patch.setattr(run, "main", refused_before_main)
         else:
             patch.setattr(run.main.__wrapped__, "__module__", "__main__")
-            patch.setattr(sys.modules["__main__"], "__file__", str(ROOT / "src" / "run.py"))
+            # under pytest-xdist the workers' __main__ has no file: set it there, removed after
+            patch.setattr(sys.modules["__main__"], "__file__", str(ROOT / "src" / "run.py"), raising=False)
         yield run.cli
 
 
