@@ -128,50 +128,72 @@ def ensure_generated(
     owned = tuple(outputs) or (marker.parent,)
     found = _usable(marker, wanted, damage, warn=False)
     if found is not None:
-        note.add(Artefact(what, marker, "ready", owned))
-        _note_read(marker, _VERIFIED[_key(marker)][1])
-        return found
+        return _ready(note, what, marker, owned, found)
     if note.check:  # a check builds nothing: what is missing, and why
         if read_marker(marker) is None and present():
-            note.add(Artefact(what, marker, "found", owned))
-            _note_read(marker, _users_hash(marker, owned))
-            return {}
+            return _users_own(note, what, marker, owned)
         raise NotPrepared(what, marker.parent, _why_unusable(marker, wanted, damage))
     marker.parent.mkdir(parents=True, exist_ok=True)
     with file_lock(lock or marker.with_suffix(".lock")):
         found = _usable(marker, wanted, damage, warn=True)
         if found is not None:  # another process generated it while this one waited
-            note.add(Artefact(what, marker, "ready", owned))
-            _note_read(marker, _VERIFIED[_key(marker)][1])
-            return found
+            return _ready(note, what, marker, owned, found)
         if read_marker(marker) is None and present():
-            note.add(Artefact(what, marker, "found", owned))
-            _note_read(marker, _users_hash(marker, owned))
-            return {}
-        marker.unlink(missing_ok=True)  # first: a reader never takes what follows for complete
-        manifest_path(marker).unlink(missing_ok=True)
-        _VERIFIED.pop(_key(marker), None)
-        note.say(f"building {what} in {marker.parent} ...")
-        _PROGRESS["last"] = time.monotonic()
-        start = time.perf_counter()
-        written: dict[Path, dict[str, Any]] = {}
-        token = _WRITTEN.set(written)
-        try:
-            facts = generate() or {}
-        finally:
-            _WRITTEN.reset(token)
-        manifest = make_manifest(marker, owned, written)  # every file fsynced, hashed
-        seconds = time.perf_counter() - start
-        line = generated_line(what, marker.parent, seconds, facts)
-        log.info(line)
-        note.say(line)
-        saved = {**wanted, **facts}
-        atomic.write_text(manifest_path(marker), json.dumps(manifest, indent=1))
-        atomic.write_text(marker, json.dumps(saved, indent=1))
-        _VERIFIED[_key(marker)] = (_signature(marker, manifest), manifest["hash"])
-        note.add(Artefact(what, marker, "built", owned, seconds))
-        _note_read(marker, manifest["hash"])
-        return saved
+            return _users_own(note, what, marker, owned)
+        return _build(note, what, marker, owned, wanted, generate)
+
+
+def _ready(
+    note: Any, what: str, marker: Path, owned: tuple[Path, ...], found: dict[str, Any]
+) -> dict[str, Any]:
+    """Data generated earlier with the same spec, intact: noted as ready, with its manifest's hash."""
+    note.add(Artefact(what, marker, "ready", owned))
+    _note_read(marker, _VERIFIED[_key(marker)][1])
+    return found
+
+
+def _users_own(note: Any, what: str, marker: Path, owned: tuple[Path, ...]) -> dict[str, Any]:
+    """Data that is there without a marker (the user's own files): used as it is, hashed whole."""
+    note.add(Artefact(what, marker, "found", owned))
+    _note_read(marker, _users_hash(marker, owned))
+    return {}
+
+
+def _build(
+    note: Any,
+    what: str,
+    marker: Path,
+    owned: tuple[Path, ...],
+    wanted: dict[str, Any],
+    generate: Callable[[], Mapping[str, Any] | None],
+) -> dict[str, Any]:
+    """The data generated, under the caller's lock: the old marker and manifest removed first (a
+    reader never takes what follows for complete), every file written and fsynced, then the
+    manifest, then the marker; returns the marker's content."""
+    marker.unlink(missing_ok=True)
+    manifest_path(marker).unlink(missing_ok=True)
+    _VERIFIED.pop(_key(marker), None)
+    note.say(f"building {what} in {marker.parent} ...")
+    _PROGRESS["last"] = time.monotonic()
+    start = time.perf_counter()
+    written: dict[Path, dict[str, Any]] = {}
+    token = _WRITTEN.set(written)
+    try:
+        facts = generate() or {}
+    finally:
+        _WRITTEN.reset(token)
+    manifest = make_manifest(marker, owned, written)  # every file fsynced, hashed
+    seconds = time.perf_counter() - start
+    line = generated_line(what, marker.parent, seconds, facts)
+    log.info(line)
+    note.say(line)
+    saved = {**wanted, **facts}
+    atomic.write_text(manifest_path(marker), json.dumps(manifest, indent=1))
+    atomic.write_text(marker, json.dumps(saved, indent=1))
+    _VERIFIED[_key(marker)] = (_signature(marker, manifest), manifest["hash"])
+    note.add(Artefact(what, marker, "built", owned, seconds))
+    _note_read(marker, manifest["hash"])
+    return saved
 
 
 def generated_line(what: str, folder: Path, seconds: float, facts: Mapping[str, Any] | None = None) -> str:
