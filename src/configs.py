@@ -5,10 +5,10 @@ Hydra composes the config inside ``@hydra.main``; the precheck, the planner, the
 sandbox's seed sets, the benches and the tests need it before, or without, a run. They all compose
 here, as the entry point does: Hydra's own loader over ``conf/`` (and any ``--config-dir``), its
 version base (``src/run.py``'s ``1.3``), the trainer schema, Hydra's resolvers and the suite's
-registered. A
-multirun's cells are those Hydra's basic sweeper launches: the experiment's ``hydra.sweeper.params``
-first, the command line's items after, a later item replacing an earlier one of the same key, each
-value written as Hydra passes it to its job (``optim.lr=3e-3,1e-2``: ``0.003`` and ``0.01``).
+registered. A multirun's cells are those Hydra's basic sweeper launches: the experiment's
+``hydra.sweeper.params`` first, the command line's items after, a later item replacing an earlier
+one of the same key, each value written as Hydra passes it to its job (``optim.lr=3e-3,1e-2``:
+``0.003`` and ``0.01``).
 Imports only ``src`` and third-party packages (Hydra, OmegaConf): no torch.
 """
 
