@@ -400,23 +400,25 @@ def parse_margins(items: list[str], any_row: bool = False) -> dict[str, float]:
     for item in items:
         key, _, value = item.partition("=") if "=" in item or not any_row else (ANY_ROW, "", item)
         if any_row and key == ANY_ROW:
-            try:
-                margins[key] = float(value)
-            except ValueError:
-                raise ValueError(f"--margin {item}: give a number (0.01) or CLAIM=DELTA") from None
-            if not margins[key] > 0:
-                raise ValueError(f"--margin {item}: a margin is a positive effect size")
+            margins[key] = positive_margin(item, value, "give a number (0.01) or CLAIM=DELTA")
             continue
         if key not in keys:
             raise ValueError(f"--margin {item}: no claim {key!r} (claims: {', '.join(keys)})")
-        try:
-            margins[key] = float(value)
-        except ValueError:
-            raise ValueError(f"--margin {item}: {value!r} is not a number (e.g. {key}=0.01)") from None
-        if not margins[key] > 0:
-            raise ValueError(f"--margin {item}: a margin is a positive effect size")
+        margins[key] = positive_margin(item, value, f"{value!r} is not a number (e.g. {key}=0.01)")
         if key in share_claims and not margins[key] < 0.5:
             raise ValueError(
                 f"--margin {item}: {key}'s margin is a share's distance from one half, below 0.5"
             )
     return margins
+
+
+def positive_margin(item: str, value: str, not_a_number: str) -> float:
+    """``value`` of ``--margin item`` as a positive number; a ValueError saying ``not_a_number``
+    where it is none, or that a margin is a positive effect size."""
+    try:
+        margin = float(value)
+    except ValueError:
+        raise ValueError(f"--margin {item}: {not_a_number}") from None
+    if not margin > 0:
+        raise ValueError(f"--margin {item}: a margin is a positive effect size")
+    return margin

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from launch.analysis.claims import CLAIMS, SEED_SET_MEASURES, Claim
+from launch.analysis.claims import ANY_ROW, CLAIMS, SEED_SET_MEASURES, Claim, parse_margins
 from launch.analysis.records import Run
 from launch.analysis.stats import paired_test
 from launch.analysis.verdicts import stages, verdicts
@@ -225,3 +225,19 @@ def test_the_answer_is_the_primary_reading_and_an_exploratory_verdict_is_marked(
     assert "**reproduced**‡" in svd_row
     primary_row = next(line for line in rows.splitlines() if "`spectral_qkv` **primary**" in line)
     assert "**inconclusive**" in primary_row
+
+
+@pytest.mark.parametrize(
+    "items, any_row, message",
+    [
+        (["P2-image=abc"], False, "--margin P2-image=abc: 'abc' is not a number (e.g. P2-image=0.01)"),
+        (["P2-image=-0.01"], False, "--margin P2-image=-0.01: a margin is a positive effect size"),
+        (["0"], True, "--margin 0: a margin is a positive effect size"),
+        (["0.01"], False, "--margin 0.01: no claim '0.01'"),
+    ],
+)
+def test_a_margin_is_a_positive_number_said_in_one_line(items, any_row, message):
+    with pytest.raises(ValueError) as refused:
+        parse_margins(items, any_row=any_row)
+    assert str(refused.value).startswith(message)
+    assert parse_margins(["P2-image=0.02", "0.5"], any_row=True) == {"P2-image": 0.02, ANY_ROW: 0.5}
