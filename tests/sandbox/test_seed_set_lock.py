@@ -10,19 +10,12 @@ import sys
 
 import pytest
 import torch
-from conftest import ROOT
+from conftest import ROOT, SMALL_MODADD
 
 from src.engine.record.lock import RunLock
 from src.sandbox.curves import Curves
 
-SMALL = [
-    "task=modadd",
-    "task.train_size=256",  # 8 steps an epoch at batch 32
-    "task.test_size=128",
-    "task.sandbox.frames=false",
-    "trainer.max_steps=null",
-    "trainer.threads=1",
-]
+SMALL = [*SMALL_MODADD, "trainer.max_steps=null", "trainer.threads=1"]
 
 
 def error_line(capsys) -> str:

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 import torch
-from conftest import compose
+from conftest import SMALL_MODADD, compose
 from omegaconf import OmegaConf
 from scipy.stats import binomtest
 
@@ -21,10 +21,7 @@ from src.sandbox.curves import Curves, first_success, seed_table, success_by_epo
 from src.sandbox.seeds import parse_seeds, train_seeds
 
 SMALL = [
-    "task=modadd",
-    "task.train_size=256",  # 8 steps an epoch at batch 32
-    "task.test_size=128",
-    "task.sandbox.frames=false",
+    *SMALL_MODADD,
     "trainer.max_steps=null",
     "trainer.max_epochs=3",
     "trainer.val_every=24",
