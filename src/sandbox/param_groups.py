@@ -1,9 +1,10 @@
 """P5's feed-forward learning-rate discount: the sandbox's parameter-group hook for the optimizer.
 
 P5's code trains the feed-forward layers at ``lr / r`` (its grid's ``mlp_lr`` ablation,
-``conf/experiment/paper/p5_mlp_lr.yaml``). ``conf/task/modadd.yaml`` names :func:`mlp_lr_discount`
-as its ``optim.param_groups`` hook, and :func:`src.engine.loop.optim.build_optimizer` calls it with
-``optim.mlp_lr_discount`` (``r``; null, the default: timm's own groups, no discount).
+``conf/experiment/paper/p5_mlp_lr.yaml``). That experiment file names :func:`mlp_lr_discount` as
+its ``optim.param_groups`` hook (``conf/task/modadd.yaml`` names none, so a default modadd run's
+identity holds no hook), and :func:`src.engine.loop.optim.build_optimizer` calls it with
+``optim.mlp_lr_discount`` (``r``; null: timm's own groups, no discount).
 """
 
 from __future__ import annotations
