@@ -81,14 +81,16 @@ def markdown(
     margins: dict[str, float] | None = None,
     settled: list[tuple[Path, Plan, dict[str, Levels]]] = (),
     compared: list[Verdict] | None = None,
+    examples: dict[str, int] | None = None,
 ) -> str:
     """The whole report: the results table, every row's effect against the baseline
     (``compared``, :func:`comparisons`; against ``standard`` where not given), P4's steps, the
     claims (``margins``: the user's δ by claim; ``settled``: the plans of sweeps settled by
     :mod:`launch.analysis.settle`, whose looks' levels their rows are read at), the runs not
-    counted."""
+    counted; ``examples``: ``{task: its evaluation set's size}``, counted as a sample in every
+    interval of that task (``--examples``)."""
     if compared is None:
-        compared = comparisons(of_experiments(runs), margins, settled)
+        compared = comparisons(of_experiments(runs), margins, settled, examples=examples)
     lines = [
         "# Results",
         "",
@@ -134,7 +136,7 @@ def markdown(
             f"{ratio} | {p4_ratio} |"
         )
     rules = [f"`{root}`: {plan.describe()}." for root, plan, _ in settled]
-    found = verdicts(of_experiments(runs), margins=margins, levels=settled_levels(settled))
+    found = verdicts(of_experiments(runs), margins=margins, levels=settled_levels(settled), examples=examples)
     sections = [*glue_section(of_experiments(runs)), *claims_section(found, rules), *not_counted(runs)]
     return "\n".join([*lines, *sections]) + "\n"
 
@@ -149,6 +151,7 @@ def comparisons(
     margins: dict[str, float] | None = None,
     settled: list[tuple[Path, Plan, dict[str, Levels]]] = (),
     baseline: str | None = None,
+    examples: dict[str, int] | None = None,
 ) -> list[Verdict]:
     """Every experiment of ``runs`` against ``baseline`` (``standard`` where None) in its setting,
     read at its settled sweep's levels where it has one (:func:`launch.analysis.verdicts.effects`):
@@ -157,7 +160,7 @@ def comparisons(
     if baseline and not any(is_baseline(r, baseline) for r in runs if r.status != "unreadable"):
         named = sorted({variant_label(r) for r in runs if r.status != "unreadable"})
         raise ValueError(f"--baseline {baseline}: no run of it (runs of: {', '.join(named)})")
-    return effects(runs, baseline or "standard", margins, settled_levels(settled))
+    return effects(runs, baseline or "standard", margins, settled_levels(settled), examples)
 
 
 def _rows_it_stands_for(c: Cell) -> list[Cell]:
@@ -456,6 +459,14 @@ def command_line() -> argparse.ArgumentParser:
         "DELTA for every comparison no claim names (0.01: one point of accuracy); repeatable",
     )
     parser.add_argument(
+        "--examples",
+        action="append",
+        default=[],
+        metavar="TASK=N",
+        help="count TASK's evaluation set of N examples as a sample as well as the seeds, in every "
+        "interval of that task (digits=360: small sets' binomial noise); repeatable",
+    )
+    parser.add_argument(
         "--baseline",
         metavar="VARIANT",
         help="what every row is compared with: a variant with its options that are not defaults, as "
@@ -467,6 +478,7 @@ def command_line() -> argparse.ArgumentParser:
 def write_report(args: argparse.Namespace) -> None:
     """The command's work: the arguments checked, the runs read, the report written and printed."""
     margins, settled = checked_arguments(args)
+    examples = evaluation_sizes(args.examples)
     runs = flag_disagreements(read_runs(args.runs) + (read_wandb(args.wandb) if args.wandb else []))
     seed_lines, seed_pngs = seed_sets(args.runs, margins)
     if not runs and seed_lines:  # only seed sets (python -m src.sandbox.seeds): their section alone
@@ -480,10 +492,10 @@ def write_report(args: argparse.Namespace) -> None:
     out = args.out or (args.runs[0] / "report" if args.runs else Path("report"))
     counted = of_experiments(runs)
     try:
-        compared = comparisons(counted, margins, settled, args.baseline)
+        compared = comparisons(counted, margins, settled, args.baseline, examples)
     except ValueError as error:
         raise SuiteError(str(error)) from error
-    text = markdown(table(counted), convergence(counted), runs, margins, settled, compared)
+    text = markdown(table(counted), convergence(counted), runs, margins, settled, compared, examples)
     text += "\n".join(seed_lines) + ("\n" if seed_lines else "")
     plots = {**pngs(counted, compared, args.baseline), **seed_pngs}
     write_files(out, {"report.md": text.encode(), **exports(export_rows(runs, compared)), **plots})
@@ -508,6 +520,18 @@ def checked_arguments(args: argparse.Namespace) -> tuple[dict[str, float], list]
             "give run folders, --wandb ENTITY/PROJECT, or both (python -m launch.analysis.report --help)"
         )
     return margins, settled
+
+
+def evaluation_sizes(items: list[str]) -> dict[str, int]:
+    """``--examples TASK=N`` as ``{task: N}`` (an evaluation set of N examples, counted as a sample
+    in that task's intervals); a :class:`SuiteError` naming the item that is not one."""
+    sizes = {}
+    for item in items:
+        task, _, size = item.partition("=")
+        if not task or not size.isdigit() or int(size) < 1:
+            raise SuiteError(f"--examples {item}: give TASK=N, N the evaluation set's size (digits=360)")
+        sizes[task] = int(size)
+    return sizes
 
 
 def write_seed_report(out: Path, seed_lines: list[str], seed_pngs: dict[str, bytes]) -> None:

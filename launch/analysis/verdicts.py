@@ -370,6 +370,7 @@ def effects(
     baseline: str = "standard",
     margins: dict[str, float] | None = None,
     levels: dict[str, stats.Levels] | None = None,
+    examples: dict[str, int] | None = None,
 ) -> list[Verdict]:
     """Every experiment of ``runs`` but the baseline's, against the baseline in its setting (the
     same task, backbone, budget and every other setting: :func:`pairings`), one claimless
@@ -380,13 +381,15 @@ def effects(
     (:func:`launch.analysis.claims.parse_margins`) of the claim that names the row (a ``final``
     claim on the variant and task, against ``standard``), else the claim's own δ, else the one
     given for every row (:data:`launch.analysis.claims.ANY_ROW`).
-    ``levels``: as :func:`verdicts`'. A task's rows are one Holm family (:func:`adjust`)."""
+    ``levels`` and ``examples``: as :func:`verdicts`'. A task's rows are one Holm family
+    (:func:`adjust`)."""
     readable = [r for r in runs if r.status != "unreadable"]
     out = []
     for task in sorted({r.task for r in readable}):
         here = [r for r in readable if r.task == task]
         settings = options(here)
-        found = [_effect(p, baseline, margins or {}, settings) for p in pairings(None, here, baseline)]
+        size = (examples or {}).get(task)
+        found = [_effect(p, baseline, margins or {}, settings, size) for p in pairings(None, here, baseline)]
         for v in found:
             v.levels = (levels or {}).get(v.experiment, stats.FIXED)
         out += adjust(found)
@@ -402,10 +405,17 @@ def naming_claim(run: Run, baseline: str) -> Claim | None:
     )
 
 
-def _effect(pair: Pairing, baseline: str, margins: dict[str, float], settings: dict[str, dict]) -> Verdict:
+def _effect(
+    pair: Pairing,
+    baseline: str,
+    margins: dict[str, float],
+    settings: dict[str, dict],
+    examples: int | None = None,
+) -> Verdict:
     """One comparison of :func:`effects`: the pair's reading against its baseline; ``settings``:
     what tells the task's experiments apart (:func:`launch.analysis.records.options`), its reading
-    with the backbone (and where δ comes from, when a claim gives it)."""
+    with the backbone (and where δ comes from, when a claim gives it); ``examples``: the task's
+    evaluation set's size, counted as a sample (:func:`_example_var`)."""
     members, base, first = pair.members, pair.base, pair.everyone[0]
     split = "test" if all(tested(r) for r in members + base) else "val"
     mine, theirs = ({r.seed: _final(r, split) for r in arm} for arm in (members, base))
@@ -415,7 +425,8 @@ def _effect(pair: Pairing, baseline: str, margins: dict[str, float], settings: d
     claim = naming_claim(first, baseline)
     own = margins.get(claim.key, claim.margin) if claim else None
     margin = own if own is not None else margins.get(ANY_ROW)
-    test = stats.paired_test(diffs, sign, margin)
+    counted = _example_var(examples, base[0], mine, theirs, seeds)  # 0 without ``examples``
+    test = stats.paired_test(diffs, sign, margin, example_var=counted)
     shown = describe(not_attn(settings.get(pair.experiment, {})))
     whence = [f"δ {claim.key}'s"] if own is not None else []
     reading = " · ".join([first.backbone] + ([] if shown == "—" else [shown]) + whence)

@@ -473,3 +473,31 @@ def test_baseline_and_margin_options_and_their_errors(paired_root, capsys):
     assert one_error_line(capsys.readouterr().err).startswith("error: --baseline spectral: no run of it")
     assert report.main([str(paired_root), "--margin", "wide"]) == 2
     assert "--margin wide: give a number" in capsys.readouterr().err
+
+
+def test_the_examples_option_counts_an_evaluation_set_in_every_interval_of_its_task(paired_root, capsys):
+    """``--examples imagenet=360``: each effect keeps its mean, and its interval widens to the
+    paired t's with the set's binomial variance added (:func:`launch.analysis.stats.example_variance`);
+    a size that is not one is refused in one line."""
+    from scipy.stats import t
+
+    from launch.analysis import stats
+
+    tables = {}
+    for name, extra in (("seeds", []), ("counted", ["--examples", "imagenet=360"])):
+        assert report.main([str(paired_root), "--out", str(paired_root / name), *extra]) == 0
+        rows = json.loads((paired_root / name / "results.json").read_text())
+        tables[name] = {r["attn"]: r for r in rows if r["kind"] == "group" and r["effect"] is not None}
+    mine, theirs = [0.83, 0.835, 0.86], [0.80, 0.81, 0.82]
+    diffs = [a - b for a, b in zip(mine, theirs, strict=True)]
+    sd2 = sum((d - sum(diffs) / 3) ** 2 for d in diffs) / 2
+    extra = stats.example_variance(sum(mine) / 3, sum(theirs) / 3, 360)
+    half = t.ppf(0.975, 2) * (sd2 / 3 + extra) ** 0.5
+    counted, seeds = tables["counted"]["cond_init"], tables["seeds"]["cond_init"]
+    assert counted["effect"] == pytest.approx(seeds["effect"]) == pytest.approx(sum(diffs) / 3)
+    mean = sum(diffs) / 3
+    assert (counted["ci_low"], counted["ci_high"]) == pytest.approx((mean - half, mean + half))
+    assert counted["ci_high"] - counted["ci_low"] > seeds["ci_high"] - seeds["ci_low"]
+    capsys.readouterr()
+    assert report.main([str(paired_root), "--examples", "imagenet=0"]) == 2
+    assert one_error_line(capsys.readouterr().err).startswith("error: --examples imagenet=0: give TASK=N")
