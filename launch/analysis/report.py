@@ -109,7 +109,17 @@ def markdown(
     ]
     lines += [_cell_row(row) for c in cells for row in (c, *_rows_it_stands_for(c))]
     lines += effects_section(compared, compared[0].baseline_label if compared else "standard")
-    lines += [
+    lines += _steps_section(conv)
+    rules = [f"`{root}`: {plan.describe()}." for root, plan, _ in settled]
+    found = verdicts(of_experiments(runs), margins=margins, levels=settled_levels(settled), examples=examples)
+    sections = [*glue_section(of_experiments(runs)), *claims_section(found, rules), *not_counted(runs)]
+    return "\n".join([*lines, *sections]) + "\n"
+
+
+def _steps_section(conv: list[Convergence]) -> list[str]:
+    """P4's section: each experiment's Kaplan–Meier median steps to ``standard``'s final validation
+    metric, against ``standard``'s budget and P4's own ratio."""
+    lines = [
         "",
         "## Steps to reach `standard`'s final validation metric (P4)",
         "",
@@ -135,10 +145,7 @@ def markdown(
             f"{v.reached}/{v.seeds} | "
             f"{ratio} | {p4_ratio} |"
         )
-    rules = [f"`{root}`: {plan.describe()}." for root, plan, _ in settled]
-    found = verdicts(of_experiments(runs), margins=margins, levels=settled_levels(settled), examples=examples)
-    sections = [*glue_section(of_experiments(runs)), *claims_section(found, rules), *not_counted(runs)]
-    return "\n".join([*lines, *sections]) + "\n"
+    return lines
 
 
 def settled_levels(settled: list[tuple[Path, Plan, dict[str, Levels]]]) -> dict[str, Levels]:

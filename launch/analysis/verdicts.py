@@ -647,6 +647,42 @@ def _entropy(members: list[Run]) -> float | None:
 # -- the report's Claims section ------------------------------------------------------------
 
 
+#: What the Claims section's columns and verdicts mean (its opening paragraph).
+CLAIMS_EXPLAINED = (
+    "Each paper claim per task and *reading* (the variant's options that tell its readings apart), "
+    "never pooled: *ours* is `standard` → the reading (means over the seeds both have; `final` "
+    "is the main metric's final validation value, split `val`; κ as "
+    "10^mean log10), *effect* the mean per-seed difference (κ in log10) with its 95% Student-t "
+    "interval. *reproduced*: the interval excludes 0 on the paper's side; *contradicted*: on the "
+    "other side; *equivalent*: the 90% interval lies inside ±δ, the claim's smallest effect of "
+    "interest (no effect as large as the paper's); *inconclusive*: none of these. *Holm*: the "
+    "verdict with the p-values adjusted over the claim's readings on the task (a verdict that "
+    "holds only unadjusted is marked †). *budget*: what the runs trained for; *n*: the paired "
+    "seeds, and the runs left out named (failed, unfinished, unpaired). *MDE*: the smallest "
+    "effect these seeds detect with 80% power, from the paired differences' spread, at the level "
+    "the row is tested at, printed beside it: its look's one-sided level (2.5% fixed, or a settled "
+    "sweep's look) over m, the rows of its Holm family (Holm's first step, α/m: a conservative "
+    "planning level, since Holm's later steps depend on the data); *seeds for δ*: how many a test "
+    "of δ would need at 80% power at that level (a settled sweep's: at its last look's). "
+    'A *non-inferiority* claim ("at least as good") is tested one-sided against −δ: '
+    "*reproduced* (not worse): the effect is above −δ (the 95% interval's lower end above −δ); "
+    "*contradicted* (worse): below −δ; no *equivalent*; its MDE is the smallest δ its test has "
+    "80% power for at a true effect of 0. *time_to_target* (P4's speed): *ours* is the target "
+    "and each arm's Kaplan–Meier median steps to it [95% interval] with the seeds censored (never "
+    "reached it), the effect the ratio of the medians with a paired bootstrap's interval (a bound "
+    "of 0 or ∞: resamples in which standard's, or the reading's, median is never reached). "
+    "*reading*: the `conf/reading/` file the runs match, **primary** where it is the claim's "
+    "reading chosen from the paper's text before any run (its row is the claim's answer); the "
+    "others are exploratory, and ‡ marks a verdict that holds only for an exploratory reading "
+    "(quote it only after a confirm stage on fresh seeds, `(confirm)` rows). κ claims are read "
+    "at init, during training (the mean over the inner monitor steps) and at the end, each "
+    "point its own family. "
+    "*entropy*: the reading's median attention entropy "
+    "at init (1 uniform, 0 one-hot): κ(P) = 1 is what a collapsed attention scores, so read κ "
+    "beside it."
+)
+
+
 def claims_section(found: list[Verdict], stopping: list[str] = ()) -> list[str]:
     """The "Claims" section: every claim of :mod:`launch.analysis.claims` per task and reading, with our
     effect against ``standard`` (95% interval over paired seeds) and the verdict; ``stopping``: the
@@ -657,37 +693,7 @@ def claims_section(found: list[Verdict], stopping: list[str] = ()) -> list[str]:
         "",
         "## Claims",
         "",
-        "Each paper claim per task and *reading* (the variant's options that tell its readings apart), "
-        "never pooled: *ours* is `standard` → the reading (means over the seeds both have; `final` "
-        "is the main metric's final validation value, split `val`; κ as "
-        "10^mean log10), *effect* the mean per-seed difference (κ in log10) with its 95% Student-t "
-        "interval. *reproduced*: the interval excludes 0 on the paper's side; *contradicted*: on the "
-        "other side; *equivalent*: the 90% interval lies inside ±δ, the claim's smallest effect of "
-        "interest (no effect as large as the paper's); *inconclusive*: none of these. *Holm*: the "
-        "verdict with the p-values adjusted over the claim's readings on the task (a verdict that "
-        "holds only unadjusted is marked †). *budget*: what the runs trained for; *n*: the paired "
-        "seeds, and the runs left out named (failed, unfinished, unpaired). *MDE*: the smallest "
-        "effect these seeds detect with 80% power, from the paired differences' spread, at the level "
-        "the row is tested at, printed beside it: its look's one-sided level (2.5% fixed, or a settled "
-        "sweep's look) over m, the rows of its Holm family (Holm's first step, α/m: a conservative "
-        "planning level, since Holm's later steps depend on the data); *seeds for δ*: how many a test "
-        "of δ would need at 80% power at that level (a settled sweep's: at its last look's). "
-        'A *non-inferiority* claim ("at least as good") is tested one-sided against −δ: '
-        "*reproduced* (not worse): the effect is above −δ (the 95% interval's lower end above −δ); "
-        "*contradicted* (worse): below −δ; no *equivalent*; its MDE is the smallest δ its test has "
-        "80% power for at a true effect of 0. *time_to_target* (P4's speed): *ours* is the target "
-        "and each arm's Kaplan–Meier median steps to it [95% interval] with the seeds censored (never "
-        "reached it), the effect the ratio of the medians with a paired bootstrap's interval (a bound "
-        "of 0 or ∞: resamples in which standard's, or the reading's, median is never reached). "
-        "*reading*: the `conf/reading/` file the runs match, **primary** where it is the claim's "
-        "reading chosen from the paper's text before any run (its row is the claim's answer); the "
-        "others are exploratory, and ‡ marks a verdict that holds only for an exploratory reading "
-        "(quote it only after a confirm stage on fresh seeds, `(confirm)` rows). κ claims are read "
-        "at init, during training (the mean over the inner monitor steps) and at the end, each "
-        "point its own family. "
-        "*entropy*: the reading's median attention entropy "
-        "at init (1 uniform, 0 one-hot): κ(P) = 1 is what a collapsed attention scores, so read κ "
-        "beside it.",
+        CLAIMS_EXPLAINED,
     ]
     if stopping:
         lines += [
