@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from torch.utils.data import Dataset, TensorDataset
 
 from src.engine.task import ClassificationTask
-from src.errors import DataError
+from src.errors import ConfigError, DataError
 
 
 class ImageClassification(ClassificationTask):
@@ -71,30 +71,61 @@ def mean_logits(output: Tensor | tuple[Tensor, ...]) -> Tensor:
 class Digits(ImageClassification):
     """scikit-learn's 8×8 handwritten digits (1,797 images, shipped with the package).
 
-    A fixed stratified split (``val_fraction``, drawn with seed 0 whatever the run's seed),
-    pixels scaled to [0, 1] and standardised with the training set's mean and std.
+    Three fixed stratified splits, drawn whatever the run's seed: ``val`` (``val_fraction`` of the
+    images, seed 0: the same 360 images as before the test split existed), then ``test``
+    (``test_fraction`` of all images, seed 1, from what is left) and the rest for training
+    (1,077 images at 0.2 and 0.2). Validation serves everything chosen while runs go on (budgets,
+    readings, best checkpoints, the settle loop's looks); ``test`` is evaluated once, when training
+    ends (``trainer.test_after``), and the verdicts the README states are computed on it.
+    ``test_fraction=0`` gives the older two-way split (1,437 training images, no test split).
+    Pixels are scaled to [0, 1] and standardised with the training set's mean and std.
     """
 
-    def __init__(self, val_fraction: float = 0.2, **kwargs: Any) -> None:
+    def __init__(self, val_fraction: float = 0.2, test_fraction: float = 0.2, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.val_fraction = val_fraction
+        if not 0 <= test_fraction < 1 - val_fraction:
+            raise ConfigError(
+                f"task.test_fraction={test_fraction}: with task.val_fraction={val_fraction} it must be "
+                f"in [0, {1 - val_fraction:g}) so that images are left to train on (0: no test split)"
+            )
+        self.val_fraction, self.test_fraction = val_fraction, test_fraction
+        self.eval_splits = ("val", "test") if test_fraction else ("val",)
 
-    def datasets(self, data_dir: Path) -> tuple[Dataset, Dataset]:
-        from sklearn.datasets import load_digits
+    def split_indices(self, labels: Any) -> dict[str, list[int]]:
+        """``{"train", "val", "test"}`` → indices into the 1,797 images (``test`` empty at 0)."""
         from sklearn.model_selection import train_test_split
+
+        rest, val = train_test_split(
+            range(len(labels)), test_size=self.val_fraction, random_state=0, stratify=labels
+        )
+        if not self.test_fraction:
+            return {"train": list(rest), "val": list(val), "test": []}
+        held = round(self.test_fraction * len(labels))
+        train, test = train_test_split(rest, test_size=held, random_state=1, stratify=labels[rest])
+        return {"train": list(train), "val": list(val), "test": list(test)}
+
+    def splits(self) -> dict[str, Dataset]:
+        """The three splits as tensor data sets (``test`` only where ``test_fraction`` > 0)."""
+        from sklearn.datasets import load_digits
 
         digits = load_digits()
         images = torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1) / 16.0  # (N, 1, 8, 8)
         labels = torch.tensor(digits.target, dtype=torch.long)
-        train_idx, val_idx = train_test_split(
-            range(len(labels)), test_size=self.val_fraction, random_state=0, stratify=digits.target
-        )
-        mean, std = images[train_idx].mean(), images[train_idx].std()
+        index = self.split_indices(digits.target)
+        mean, std = images[index["train"]].mean(), images[index["train"]].std()
         images = (images - mean) / std
-        train = TensorDataset(images[train_idx], labels[train_idx])
-        val = TensorDataset(images[val_idx], labels[val_idx])
-        train.draws_random = val.draws_random = False  # no augmentation: the loop skips per-sample seeding
-        return train, val
+        sets = {name: TensorDataset(images[i], labels[i]) for name, i in index.items() if i}
+        for data in sets.values():
+            data.draws_random = False  # no augmentation: the loop skips per-sample seeding
+        return sets
+
+    def datasets(self, data_dir: Path) -> tuple[Dataset, Dataset]:
+        sets = self.splits()
+        return sets["train"], sets["val"]
+
+    def eval_dataset(self, data_dir: Path, split: str) -> Dataset:
+        self.check_split(split)
+        return self.splits()[split]
 
 
 IMAGE_SUFFIXES = {".jpeg", ".jpg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp"}

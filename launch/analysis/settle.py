@@ -13,6 +13,9 @@ rules or disagree with its records is refused in one line before anything is wri
 * **looks** come at ``first, first + batch, …, cap`` seeds; seeds are added to a row's reading
   and to its ``standard`` (the new seeds follow the sweep's own: seeds ``max + 1, …``), every
   seed is kept and reported, none is dropped when its row settles;
+* **looks read validation only**: a row's numbers at a look are final validation values even where
+  the runs have test numbers (``verdicts(on="val")``); the test split is read once, by the report,
+  after the seeds are chosen;
 * **the stopping rule costs alpha**: looking after every batch and stopping at the first
   verdict would inflate the false-verdict rate, so each look is read at the alpha it spends
   (:func:`launch.analysis.stats.look_levels`: Lan–DeMets spending, O'Brien–Fleming-shaped by default,
@@ -138,7 +141,7 @@ def settle(
             targets.setdefault(experiment, plan.first)
         if launch_missing(root, state, by_experiment, read, launch, say):
             continue  # the new seeds are in: judge again
-        found = verdicts(runs, claims, margins, {e: plan.levels(t) for e, t in targets.items()})
+        found = verdicts(runs, claims, margins, {e: plan.levels(t) for e, t in targets.items()}, on="val")
         mine = [
             v for v in found if judged(v) and not v.stage and wanted(v, by_experiment.get(v.experiment, []))
         ]

@@ -200,9 +200,11 @@ def stages(run: Run) -> float | None:
     return (found.first_plateau - found.first_rise) / steps[-1]
 
 
-def measure(run: Run, claim: Claim, when: str = "") -> float | None:
+def measure(run: Run, claim: Claim, when: str = "", split: str = "val") -> float | None:
+    """``run``'s value of ``claim``'s measure: for ``final``, its number on ``split``
+    (:func:`_final`); for a monitor statistic, its value at ``when``."""
     if claim.measure == "final":
-        return run.final.get(run.metric)
+        return _final(run, split)
     if claim.measure.startswith("monitor:"):
         return monitor_point(run, claim.measure.removeprefix("monitor:"), when)
     raise ValueError(f"unknown measure {claim.measure!r}")
@@ -214,13 +216,16 @@ def verdicts(
     margins: dict[str, float] | None = None,
     levels: dict[str, stats.Levels] | None = None,
     examples: dict[str, int] | None = None,
+    on: str = "auto",
 ) -> list[Verdict]:
     """Every claim on every task it names, for every reading of its variant found in ``runs``;
     ``margins`` (``{claim key: δ}``) replaces the claims' own; ``levels`` (``{experiment hash:
     levels}``, from a settled sweep's looks) the fixed levels of the rows of those readings;
     ``examples`` (``{task: its evaluation set's size}``): count those examples as a sample in a
     ``final`` accuracy's interval (None, the default, and a task not named: the set is the
-    task). Each claim's readings on one task are a family, adjusted together (:func:`adjust`)."""
+    task). ``on``: a ``final`` claim's numbers are test numbers where every run of its row has one
+    (``auto``) or always final validation values (``val``: :func:`split_of`). Each claim's readings
+    on one task are a family, adjusted together (:func:`adjust`)."""
     readable = [r for r in runs if r.status != "unreadable"]  # an unreadable folder has no reading
     out = []
     for claim in claims:
@@ -236,7 +241,7 @@ def verdicts(
             elif claim.measure.startswith("monitor:"):  # each point of training its own family
                 families = [_paired(claim, task, here, margin, when) for when in WHEN]
             else:
-                families = [_paired(claim, task, here, margin, examples=(examples or {}).get(task))]
+                families = [_paired(claim, task, here, margin, examples=(examples or {}).get(task), on=on)]
             for found in families:
                 for v in found:
                     v.levels = (levels or {}).get(v.experiment, stats.FIXED)
@@ -417,7 +422,7 @@ def _effect(
     with the backbone (and where δ comes from, when a claim gives it); ``examples``: the task's
     evaluation set's size, counted as a sample (:func:`_example_var`)."""
     members, base, first = pair.members, pair.base, pair.everyone[0]
-    split = "test" if all(tested(r) for r in members + base) else "val"
+    split = split_of(members + base)
     mine, theirs = ({r.seed: _final(r, split) for r in arm} for arm in (members, base))
     seeds = sorted(set(mine) & set(theirs))
     diffs = [mine[s] - theirs[s] for s in seeds]
@@ -454,9 +459,18 @@ def _effect(
     )
 
 
-def _final(run: Run, split: str) -> float:
+def _final(run: Run, split: str) -> float | None:
     """``run``'s number on ``split``: its test number, or its final validation value."""
-    return run.reported.value if split == "test" else run.final[run.metric]
+    return run.reported.value if split == "test" else run.final.get(run.metric)
+
+
+def split_of(runs: list[Run], on: str = "auto") -> str:
+    """The split a row's numbers come from: ``test`` where every one of ``runs`` has its test
+    number and ``on`` is ``auto`` (the report), else ``val`` (``on="val"``: the settle loop, whose
+    looks choose how many seeds to run and must not see the test split)."""
+    if on not in ("auto", "val"):
+        raise ValueError(f"split {on!r} is not auto or val")
+    return "test" if on == "auto" and runs and all(tested(r) for r in runs) else "val"
 
 
 def _paired(
@@ -466,21 +480,24 @@ def _paired(
     margin: float | None = None,
     when: str = "",
     examples: dict[str, int] | None = None,
+    on: str = "auto",
 ) -> list[Verdict]:
     """The claim against ``standard`` in the same setting, one verdict per reading; runs that did
     not complete are named in the row, not counted. ``when``: for a monitor measure, the point of
     training it is read at (:data:`WHEN`); ``examples``: the task's evaluation set's size, to count
-    its examples as a sample (:func:`_example_var`)."""
+    its examples as a sample (:func:`_example_var`); ``on``: which split a ``final`` row reads
+    (:func:`split_of`)."""
     out = []
     for pair in pairings(claim, every):
         everyone, every_base, members, base = pair.everyone, pair.every_base, pair.members, pair.base
-        mine = {r.seed: measure(r, claim, when) for r in members}
-        theirs = {r.seed: measure(r, claim, when) for r in base}
+        split = split_of(members + base, on) if claim.measure == "final" else "val"
+        mine = {r.seed: measure(r, claim, when, split) for r in members}
+        theirs = {r.seed: measure(r, claim, when, split) for r in base}
         seeds = sorted(s for s in mine if mine[s] is not None and theirs.get(s) is not None)
         no_value = [
             f"{r.attn} seed {r.seed} has no value {when or claim.measure}"
             for r in members + base
-            if measure(r, claim, when) is None
+            if measure(r, claim, when, split) is None
         ]
         diffs = [mine[s] - theirs[s] for s in seeds]
         sign = (
@@ -502,7 +519,7 @@ def _paired(
             high,
             _entropy(members),
             claimed_sign=sign,
-            metric=base[0].metric or "",
+            metric=base[0].reported.key if split == "test" else base[0].metric or "",
             test=test,
             margin=margin,
             not_counted="; ".join(filter(None, [left_out(everyone + every_base, set(seeds)), *no_value])),
@@ -651,7 +668,8 @@ def _entropy(members: list[Run]) -> float | None:
 CLAIMS_EXPLAINED = (
     "Each paper claim per task and *reading* (the variant's options that tell its readings apart), "
     "never pooled: *ours* is `standard` → the reading (means over the seeds both have; `final` "
-    "is the main metric's final validation value, split `val`; κ as "
+    "is the main metric's test number where every run of the row has one (the *metric* column "
+    "says `test/…`), else its final validation value; κ as "
     "10^mean log10), *effect* the mean per-seed difference (κ in log10) with its 95% Student-t "
     "interval. *reproduced*: the interval excludes 0 on the paper's side; *contradicted*: on the "
     "other side; *equivalent*: the 90% interval lies inside ±δ, the claim's smallest effect of "
