@@ -74,7 +74,7 @@ class Digits(ImageClassification):
     Three fixed stratified splits, drawn whatever the run's seed: ``val`` (``val_fraction`` of the
     images, seed 0: the same 360 images as before the test split existed), then ``test``
     (``test_fraction`` of all images, seed 1, from what is left) and the rest for training
-    (1,077 images at 0.2 and 0.2). Validation serves everything chosen while runs go on (budgets,
+    (1,078 images at 0.2 and 0.2). Validation serves everything chosen while runs go on (budgets,
     readings, best checkpoints, the settle loop's looks); ``test`` is evaluated once, when training
     ends (``trainer.test_after``), and the verdicts the README states are computed on it.
     ``test_fraction=0`` gives the older two-way split (1,437 training images, no test split).

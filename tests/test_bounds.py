@@ -140,22 +140,24 @@ def test_a_sweep_name_with_a_quote_is_one_line_not_a_syntax_error(tmp_path, caps
 
 
 def test_a_huge_accumulate_is_refused_before_training(tmp_path):
-    """trainer.accumulate=1000000000 was accepted ("batch 64000000000" on 1,437 samples) and its
-    first step never ended: now one line, exit 2, within seconds, and nothing trained."""
+    """trainer.accumulate=1000000000 was accepted ("batch 64000000000" on the 1,437 samples there
+    were before the test split) and its first step never ended: now one line, exit 2, within
+    seconds, and nothing trained."""
     started = time.monotonic()
     done = run_module(
         "src.run", "trainer.accumulate=1000000000", f"paths.output_dir={tmp_path}", "trainer.progress=none"
     )
     assert done.returncode == 2, done.stderr[-2000:]
     line = one_error_line(done.stderr)
-    assert "the global batch 64,000,000,000" in line and "1,437 samples an epoch" in line
+    assert "the global batch 64,000,000,000" in line and "1,078 samples an epoch" in line
     assert time.monotonic() - started < 100
     assert not list(tmp_path.rglob("metrics.jsonl")) and not list(tmp_path.rglob("*.pt"))
 
 
 def test_a_global_batch_of_a_few_epochs_is_refused_in_process(tmp_path):
-    """The bound itself: 64 × 100 = 6,400 samples a step on digits' 1,437 (4.45 epochs) is refused
-    by train() before the model is built; 64 × 89 = 5,696 (3.96 epochs) is not refused for that."""
+    """The bound itself: 64 × 100 = 6,400 samples a step on digits' 1,078 (5.94 epochs) is refused
+    by train() before the model is built; 64 × 67 = 4,288 (3.98 epochs) is not refused for that,
+    and 64 × 68 = 4,352 (4.04 epochs) is."""
     from conftest import compose
 
     from src.engine import train
@@ -166,7 +168,9 @@ def test_a_global_batch_of_a_few_epochs_is_refused_in_process(tmp_path):
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
     from src.engine.loop.batching import check_global_batch, plan_batch
 
-    check_global_batch(plan_batch(64, 89, 1), 1437)  # within the bound: no error
+    check_global_batch(plan_batch(64, 67, 1), 1078)  # within the bound: no error
+    with pytest.raises(ConfigError, match="more than 4 epochs"):
+        check_global_batch(plan_batch(64, 68, 1), 1078)
 
 
 def test_planning_a_huge_batch_is_immediate():

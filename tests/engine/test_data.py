@@ -183,11 +183,18 @@ def test_eval_batches_mean_the_same_examples_at_world_one_and_two():
 
 
 def test_steps_per_epoch_and_the_schedule_follow_the_repeated_epoch(tmp_path):
-    """Digits (1,437 training images, batch 64) with ``task.repeated_aug=3``: DeiT's epoch is 1,280
+    """Digits' two-way split (``task.test_fraction=0``: 1,437 training images, batch 64) with
+    ``task.repeated_aug=3``: DeiT's epoch is 1,280
     samples, 20 steps (22 without); the run says so, and after 20 steps the stream has served all
     of epoch 0's batches and no more: the schedule's epoch and the sampler's end together."""
     cfg = compose(
-        ["task.repeated_aug=3", "trainer.max_steps=20", "trainer.val_every=0", "trainer.monitor_every=0"],
+        [
+            "task.test_fraction=0",
+            "task.repeated_aug=3",
+            "trainer.max_steps=20",
+            "trainer.val_every=0",
+            "trainer.monitor_every=0",
+        ],
         tmp_path,
     )
     summary = train(cfg, tmp_path / "run")

@@ -241,3 +241,34 @@ def test_a_margin_is_a_positive_number_said_in_one_line(items, any_row, message)
         parse_margins(items, any_row=any_row)
     assert str(refused.value).startswith(message)
     assert parse_margins(["P2-image=0.02", "0.5"], any_row=True) == {"P2-image": 0.02, ANY_ROW: 0.5}
+
+
+def run_with_test(attn: str, seed: int, val: float, test: float, **options) -> Run:
+    """:func:`run` with an ``eval-test.json`` of the record's own configuration: ``test/acc``."""
+    done = run(attn, seed, val, **options)
+    done.evals["test"] = {
+        "split": "test",
+        "metric": "test/acc",
+        "metrics": {"test/acc": test},
+        "checkpoint": "last",
+    }
+    return done
+
+
+def test_a_final_claim_reads_test_in_the_report_and_validation_in_the_settle_loop():
+    """Validation says the variant is better, test says it is worse: the report's verdict
+    (``on="auto"``) is the test split's, the settle loop's look (``on="val"``) never sees test;
+    and one run without its test number sends the whole row back to validation."""
+    runs = []
+    for seed in range(6):
+        runs += [run_with_test("standard", seed, 0.80, 0.90 + 0.001 * seed)]
+        runs += [run_with_test("spectral", seed, 0.85 + 0.002 * seed, 0.85, targets="q")]
+    (report,) = verdicts(runs, [FINAL])
+    (look,) = verdicts(runs, [FINAL], on="val")
+    assert report.metric == "test/acc" and report.verdict == "contradicted" and report.effect < -0.04
+    assert look.metric == "val/acc" and look.verdict == "reproduced" and look.effect > 0.04
+    del runs[-1].evals["test"]
+    (mixed,) = verdicts(runs, [FINAL])
+    assert mixed.metric == "val/acc" and mixed.verdict == "reproduced"
+    with pytest.raises(ValueError, match="not auto or val"):
+        verdicts(runs, [FINAL], on="test")

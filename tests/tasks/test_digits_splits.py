@@ -1,0 +1,50 @@
+"""Digits' three splits: disjoint, stratified, fixed whatever the seed, validation unchanged by the
+test split, and a bad fraction refused in one line."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import torch
+
+from src.errors import ConfigError
+from tasks.classification import Digits
+
+COMMON = dict(
+    name="digits", input="image", img_size=8, in_chans=1, num_classes=10, batch_size=64, eval_batch_size=512
+)
+
+
+def test_the_three_splits_are_disjoint_stratified_and_validation_is_the_two_way_splits():
+    from sklearn.datasets import load_digits
+
+    labels = load_digits().target
+    three = Digits(**COMMON).split_indices(labels)
+    two = Digits(**COMMON, test_fraction=0).split_indices(labels)
+    sizes = {name: len(index) for name, index in three.items()}
+    assert sizes == {"train": 1078, "val": 360, "test": 359}
+    assert set(three["train"]) | set(three["val"]) | set(three["test"]) == set(range(1797))
+    assert not set(three["train"]) & set(three["test"]) and not set(three["val"]) & set(three["test"])
+    assert three["val"] == two["val"] and two["test"] == [] and len(two["train"]) == 1437
+    everywhere = Counter(labels.tolist())
+    for name in ("val", "test"):  # stratified: each class within one image of its share
+        share = Counter(labels[three[name]].tolist())
+        assert all(abs(share[c] - everywhere[c] * sizes[name] / 1797) <= 1 for c in everywhere)
+
+
+def test_the_test_set_is_what_eval_dataset_gives_and_the_splits_name_it():
+    task = Digits(**COMMON)
+    test = task.eval_dataset(None, "test")
+    train, val = task.datasets(None)
+    assert task.eval_splits == ("val", "test") and len(test) == 359 and len(train) == 1078
+    assert torch.equal(task.eval_dataset(None, "val").tensors[0], val.tensors[0])
+    assert Digits(**COMMON, test_fraction=0).eval_splits == ("val",)
+    with pytest.raises(ConfigError, match="has no 'test' split"):
+        Digits(**COMMON, test_fraction=0).eval_dataset(None, "test")
+
+
+@pytest.mark.parametrize("fraction", [0.8, 0.9, -0.1])
+def test_a_test_fraction_that_leaves_nothing_to_train_is_refused(fraction):
+    with pytest.raises(ConfigError, match=r"task.test_fraction=.* must be in \[0, 0.8\)"):
+        Digits(**COMMON, test_fraction=fraction)
