@@ -78,6 +78,9 @@ class Run:
     best: dict[str, float] = field(default_factory=dict)  # best validation values, and their "step"
     attn_options: dict[str, Any] = field(default_factory=dict)  # summary.json's, else the config's
     evals: dict[str, dict[str, Any]] = field(default_factory=dict)  # split -> eval-<split>.json
+    #: what trained it, from summary.json's sessions: {"host": …, "commit": …, "torch": …}, each the
+    #: sessions' distinct values space-separated ("" where no session says)
+    provenance: dict[str, str] = field(default_factory=dict)
 
     @property
     def epochs(self) -> float | None:
@@ -232,6 +235,27 @@ def name_run(run: Run, config: dict[str, Any], identity: Identity, folder: Path)
     run.attn_options = dict(attn) if isinstance(attn, dict) else {}
 
 
+def provenance(summary: dict[str, Any]) -> dict[str, str]:
+    """The hosts, commits and torch builds of a summary's sessions (``{"host": "vm", "commit":
+    "1cc804c…", "torch": "2.14.1+cpu"}``), each the distinct values in session order joined by
+    spaces; a value that is not a plain word is left out (a summary is data, perhaps someone
+    else's)."""
+    sessions = summary.get("sessions")
+    sessions = [s for s in sessions if isinstance(s, dict)] if isinstance(sessions, list) else []
+    found: dict[str, list[str]] = {"host": [], "commit": [], "torch": []}
+    for session in sessions:
+        code = session.get("code") if isinstance(session.get("code"), dict) else {}
+        for key, value in (
+            ("host", session.get("host")),
+            ("commit", code.get("git")),
+            ("torch", session.get("torch")),
+        ):
+            if isinstance(value, str) and value and len(value) <= 80 and not any(c.isspace() for c in value):
+                if value not in found[key]:
+                    found[key].append(value)
+    return {key: " ".join(values) for key, values in found.items()}
+
+
 def read_record(run: Run, folder: Path, recorded: frozenset[str]) -> None:
     """The record's rows, summary and evaluations into ``run`` (each checked for the shape the
     report reads), and its status; ``recorded``: the identity hashes an evaluation may name."""
@@ -247,6 +271,7 @@ def read_record(run: Run, folder: Path, recorded: frozenset[str]) -> None:
         if isinstance(summary.get("attn_options"), dict):
             run.attn_options = summary["attn_options"]
         run.evals = read_evals(folder, summary, recorded)
+        run.provenance = provenance(summary)
         if run.status == "failed" and not RunRecord(folder, enabled=False).has_trained():
             run.status = "failed to start"
     elif run.rows:

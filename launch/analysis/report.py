@@ -36,11 +36,7 @@ tasks and their average) from :mod:`launch.analysis.glue_table`, the plots from 
 from __future__ import annotations
 
 import argparse
-import csv
 import dataclasses
-import io
-import json
-import statistics
 import sys
 from pathlib import Path
 from typing import Any
@@ -53,10 +49,11 @@ from src.engine.record.lock import OutputLock, RunFolderBusy
 from src.errors import SuiteError
 
 from .claims import parse_margins
+from .exports import claim_export_rows, export_rows, exports
 from .glue_table import glue_section
 from .paper import P4_EPOCHS_TO_TARGET, lookup, reported_by
 from .plots import pngs
-from .records import Run, options, read_runs, read_wandb, variant_label, variant_options
+from .records import Run, read_runs, read_wandb, variant_label
 from .results import (
     Cell,
     Convergence,
@@ -65,8 +62,6 @@ from .results import (
     experiments,
     flag_disagreements,
     fmt,
-    not_attn,
-    one_split,
     table,
 )
 from .settle import STATE, Plan, read_plan
@@ -82,13 +77,14 @@ def markdown(
     settled: list[tuple[Path, Plan, dict[str, Levels]]] = (),
     compared: list[Verdict] | None = None,
     examples: dict[str, int] | None = None,
+    found: list[Verdict] | None = None,
 ) -> str:
     """The whole report: the results table, every row's effect against the baseline
     (``compared``, :func:`comparisons`; against ``standard`` where not given), P4's steps, the
     claims (``margins``: the user's δ by claim; ``settled``: the plans of sweeps settled by
     :mod:`launch.analysis.settle`, whose looks' levels their rows are read at), the runs not
     counted; ``examples``: ``{task: its evaluation set's size}``, counted as a sample in every
-    interval of that task (``--examples``)."""
+    interval of that task (``--examples``); ``found``: the claims' verdicts, where already computed."""
     if compared is None:
         compared = comparisons(of_experiments(runs), margins, settled, examples=examples)
     lines = [
@@ -111,7 +107,10 @@ def markdown(
     lines += effects_section(compared, compared[0].baseline_label if compared else "standard")
     lines += _steps_section(conv)
     rules = [f"`{root}`: {plan.describe()}." for root, plan, _ in settled]
-    found = verdicts(of_experiments(runs), margins=margins, levels=settled_levels(settled), examples=examples)
+    if found is None:
+        found = verdicts(
+            of_experiments(runs), margins=margins, levels=settled_levels(settled), examples=examples
+        )
     sections = [*glue_section(of_experiments(runs)), *claims_section(found, rules), *not_counted(runs)]
     return "\n".join([*lines, *sections]) + "\n"
 
@@ -276,118 +275,6 @@ def cell(value: Any) -> str:
     return "" if value is None else " ".join(str(value).split()).replace("|", "\\|")
 
 
-# -- the exports: one row per run and one per experiment (results.csv, results.json) ------------
-
-FIELDS = (
-    "kind task backbone attn options settings seed seeds steps epochs wall_s status error metric split "
-    "final checkpoint best best_split mean std n note effect ci_low ci_high n_paired margin verdict "
-    "verdict_holm experiment run_dir"
-).split()
-TYPES = {"seed": int, "steps": int, "n": int, "n_paired": int, "seeds": list} | dict.fromkeys(
-    ("epochs", "wall_s", "final", "best", "mean", "std", "effect", "ci_low", "ci_high", "margin"), float
-)  # the rest are strings: what the csv needs to read back as the json holds it
-
-
-def export_rows(runs: list[Run], compared: list[Verdict] | None = None) -> list[dict[str, Any]]:
-    """Every run (``kind=run``), then every experiment of completed runs (``kind=group``), as rows
-    with the :data:`FIELDS` keys, None where a key does not apply (*error*: why a run did not
-    complete, or cannot be read). *options*: the variant's
-    non-default options; *settings*: what else tells the experiment apart. A run's *final* is its
-    test number where it has one, else its final validation value (*split*, *checkpoint* say
-    which); *best* its best validation value. A group's *mean*, *std* (None for one seed), *n* and
-    *seeds* are over one split (*split*; *note* when some seeds had test numbers and some not).
-    A group that is not the baseline's carries its comparison with it (``compared``,
-    :func:`comparisons`; against ``standard`` where not given): *effect*, *ci_low*, *ci_high* (95%),
-    *n_paired*, *margin* (δ, None where none is given), *verdict* and *verdict_holm*."""
-    settings = options(of_experiments(runs))
-    if compared is None:
-        compared = comparisons(of_experiments(runs))
-    by_experiment = {v.experiment: v for v in compared}
-    rows = []
-    for r in sorted(runs, key=lambda r: (r.task, r.backbone, r.attn, r.experiment, r.seed, r.name)):
-        number = r.reported if r.status in ("completed", "disagrees") else None
-        best = r.best.get(r.metric or "")
-        rows.append(
-            {
-                **_common(r, settings),
-                "kind": "run",
-                "seed": r.seed,
-                "wall_s": r.wall_s,
-                "status": r.status,
-                "error": r.error if r.status != "completed" else None,
-                "metric": number.key if number else r.metric,
-                "split": number.split if number else None,
-                "final": number.value if number else None,
-                "checkpoint": number.checkpoint if number else None,
-                "best": best,
-                "best_split": "val" if best is not None else None,
-                "run_dir": r.name,
-            }
-        )
-    groups, _ = experiments(runs)
-    for members in groups.values():
-        split, key, values, note = one_split(members)
-        rows.append(
-            {
-                **_common(members[0], settings),
-                "kind": "group",
-                "seeds": [r.seed for r in members],
-                "metric": key,
-                "split": split,
-                "mean": statistics.fmean(values),
-                "std": statistics.stdev(values) if len(values) > 1 else None,
-                "n": len(values),
-                "note": note or None,
-                **effect_keys(by_experiment.get(members[0].experiment)),
-            }
-        )
-    return [{k: row.get(k) for k in FIELDS} for row in rows]
-
-
-def effect_keys(v: Verdict | None) -> dict[str, Any]:
-    """A comparison's keys of an export row (none for the baseline, or a row without one)."""
-    if v is None:
-        return {}
-    return {
-        "effect": v.effect,
-        "ci_low": v.low,
-        "ci_high": v.high,
-        "n_paired": v.n,
-        "margin": v.margin,
-        "verdict": v.verdict,
-        "verdict_holm": v.adjusted,
-    }
-
-
-def _common(run: Run, settings: dict) -> dict[str, Any]:
-    """The keys a run shares with its group: what the experiment is and how long it ran."""
-    return {
-        "task": run.task,
-        "backbone": run.backbone,
-        "attn": run.attn,
-        "options": variant_options(run.attn, run.attn_options) or None,
-        "settings": describe(not_attn(settings.get(run.experiment, {}))).replace("—", "") or None,
-        "steps": run.steps,
-        "epochs": run.epochs,
-        "experiment": run.experiment,
-    }
-
-
-def exports(rows: list[dict[str, Any]]) -> dict[str, bytes]:
-    """``results.csv`` and ``results.json``'s content: the same rows (:func:`export_rows`); in the
-    csv a None is an empty cell and a group's seeds are space-separated."""
-    text = io.StringIO(newline="")
-    writer = csv.DictWriter(text, fieldnames=FIELDS)
-    writer.writeheader()
-    for row in rows:
-        cells = {k: " ".join(map(str, v)) if isinstance(v, list) else v for k, v in row.items()}
-        writer.writerow({k: "" if v is None else v for k, v in cells.items()})
-    return {
-        "results.csv": text.getvalue().encode(),
-        "results.json": (json.dumps(rows, indent=1) + "\n").encode(),
-    }
-
-
 def write_files(out: Path, files: dict[str, bytes]) -> list[Path]:
     """Write ``files`` (name: content) into ``out``, all of them whole or none
     (:func:`atomic.write_together`: each to a temporary file beside its place, fsynced, then, once
@@ -412,19 +299,6 @@ def write_files(out: Path, files: dict[str, bytes]) -> list[Path]:
     finally:
         lock.release()
     return list(paths)
-
-
-def read_exports_csv(path: Path) -> list[dict[str, Any]]:
-    """``results.csv`` read back into the rows ``results.json`` holds (types from :data:`TYPES`)."""
-
-    def typed(key: str, text: str) -> Any:
-        if text == "":
-            return None
-        kind = TYPES.get(key, str)
-        return [int(s) for s in text.split()] if kind is list else kind(text)
-
-    with open(path, newline="") as f:
-        return [{k: typed(k, v) for k, v in row.items()} for row in csv.DictReader(f)]
 
 
 def seed_sets(
@@ -502,10 +376,12 @@ def write_report(args: argparse.Namespace) -> None:
         compared = comparisons(counted, margins, settled, args.baseline, examples)
     except ValueError as error:
         raise SuiteError(str(error)) from error
-    text = markdown(table(counted), convergence(counted), runs, margins, settled, compared, examples)
+    found = verdicts(counted, margins=margins, levels=settled_levels(settled), examples=examples)
+    text = markdown(table(counted), convergence(counted), runs, margins, settled, compared, examples, found)
     text += "\n".join(seed_lines) + ("\n" if seed_lines else "")
     plots = {**pngs(counted, compared, args.baseline), **seed_pngs}
-    write_files(out, {"report.md": text.encode(), **exports(export_rows(runs, compared)), **plots})
+    files = exports(export_rows(runs, compared), claim_export_rows(found, counted))
+    write_files(out, {"report.md": text.encode(), **files, **plots})
     print(text)
     say_written(out, runs, len(plots))
 
@@ -554,7 +430,7 @@ def say_written(out: Path, runs: list[Run], plots: int) -> None:
     unreadable = sum(1 for r in runs if r.status == "unreadable")
     disagreeing = sum(1 for r in runs if r.status == "disagrees")
     print(
-        f"wrote {out / 'report.md'}, results.csv and results.json, {plots} plots"
+        f"wrote {out / 'report.md'}, results.csv/json and claims.csv/json, {plots} plots"
         + (f"; {unreadable} unreadable run folder(s), listed in the report" if unreadable else "")
         + (
             f"; {disagreeing} records that disagree, none counted, listed in the report"

@@ -10,7 +10,7 @@ import statistics
 import pytest
 from test_report import STEPS, write_run
 
-from launch.analysis import report
+from launch.analysis import exports, report
 from launch.analysis.records import read_runs, variant_options
 from src.attention import VARIANTS
 
@@ -33,7 +33,7 @@ def sweep(tmp_path):
 
 def test_the_csv_and_the_json_carry_the_same_rows(sweep):
     rows = json.loads((sweep / "out" / "results.json").read_text())
-    assert report.read_exports_csv(sweep / "out" / "results.csv") == rows
+    assert exports.read_exports_csv(sweep / "out" / "results.csv") == rows
     runs = [r for r in rows if r["kind"] == "run"]
     assert len(runs) == 7 and {r["run_dir"] for r in runs} == {r.name for r in read_runs([sweep])}
     failed = next(r for r in runs if r["status"] == "failed")
@@ -99,3 +99,41 @@ def test_variant_options_leave_out_the_defaults_and_show_the_rest(variant):
         variant_options(f"cond_init+{variant}", composed)
         == f"cond_init.value=fused {variant}.{changed}={other}"
     )
+
+
+def test_claims_csv_reads_back_as_its_json_and_its_rows_are_the_verdicts(tmp_path):
+    """claims.csv carries the Claims section's verdicts: P1's precond row on digits pairs the three
+    seeds with standard's on their test numbers, its effect the mean difference and its interval
+    Student's t (scipy's)."""
+    from scipy import stats as scipy_stats
+
+    ours, theirs = [0.93, 0.95, 0.94], [0.90, 0.94, 0.92]
+    for seed in range(3):
+        write_run(tmp_path, "standard", seed, [0.9] * 10, task="digits", test=theirs[seed])
+        write_run(tmp_path, "precond", seed, [0.9] * 10, task="digits", test=ours[seed])
+    assert report.main([str(tmp_path), "--out", str(tmp_path / "out")]) == 0
+    rows = json.loads((tmp_path / "out" / "claims.json").read_text())
+    assert exports.read_exports_csv(tmp_path / "out" / "claims.csv") == rows
+    (row,) = [r for r in rows if r["claim"] == "P1-train" and r["task"] == "digits"]
+    diffs = [a - b for a, b in zip(ours, theirs, strict=True)]
+    low, high = scipy_stats.t.interval(0.95, 2, loc=statistics.fmean(diffs), scale=scipy_stats.sem(diffs))
+    assert (row["n"], row["metric"], row["source"], row["variant"]) == (3, "test/acc", "P1", "precond")
+    assert row["effect"] == pytest.approx(statistics.fmean(diffs))
+    assert (row["ci_low"], row["ci_high"]) == (pytest.approx(low), pytest.approx(high))
+    assert set(row) == set(exports.CLAIM_FIELDS)
+
+
+def test_what_trained_a_run_is_read_from_its_sessions_and_a_strange_value_is_left_out():
+    from launch.analysis.records import provenance
+
+    summary = {
+        "sessions": [
+            {"host": "node1", "torch": "2.14.1+cpu", "code": {"git": "abc123"}},
+            {"host": "node2", "torch": "2.14.1+cpu", "code": {"git": "abc123"}},
+            {"host": "x; rm -rf /", "torch": ["not", "a", "string"], "code": "not a dict"},
+            "not a session",
+        ]
+    }
+    assert provenance(summary) == {"host": "node1 node2", "commit": "abc123", "torch": "2.14.1+cpu"}
+    assert provenance({"sessions": "no list"}) == {"host": "", "commit": "", "torch": ""}
+    assert exports.made_by([]) == {"host": None, "commit": None, "torch": None}

@@ -20,7 +20,7 @@ import pytest
 import yaml
 from test_report import write_run
 
-from launch.analysis import report
+from launch.analysis import exports, report
 from launch.analysis.records import read_runs
 from src.engine.record.identity import MOVED_TARGETS, Identity
 
@@ -59,7 +59,7 @@ def test_a_summary_that_is_a_list_and_a_config_that_is_not_yaml_are_two_rows_bes
     assert "## Runs that did not complete (2)" in text
     lines = [line for line in text.splitlines() if "| unreadable |" in line]
     assert len(lines) == 2 and any("is not a YAML mapping" in line for line in lines)
-    assert report.read_exports_csv(tmp_path / "out" / "results.csv") == rows  # the error column too
+    assert exports.read_exports_csv(tmp_path / "out" / "results.csv") == rows  # the error column too
 
 
 def write_text(name: str, text: str):

@@ -65,11 +65,16 @@ class Opening:
 
 
 def this_session() -> dict[str, Any]:
-    """This session as the record lists it (``to_step`` is added when it is written)."""
+    """This session as the record lists it (``to_step`` is added when it is written): the code,
+    the host and the torch build (``2.14.1+cpu``) that trained its steps, so that a results file
+    can say what produced each number."""
+    import torch
+
     return {
         "from_step": 0,
         "code": code_version(),
         "host": socket.gethostname(),
+        "torch": str(torch.__version__),  # a plain str: TorchVersion is no global the safe loader allows
         "started": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
 
