@@ -11,7 +11,8 @@ baseline trained until the settle loop's answer, in one line). Beside them:
 - :mod:`launch.tools`: measuring instruments (the bench, the GPU check, FLOP counts) and the mmcv build.
 
 The top layer (``launch → tasks → src``). The planning modules import each other and
-:mod:`launch.tools.flops` (a step's cost), :mod:`launch.ask` the analysis it ends in; each folder states its own rule in its docstring, and
+:mod:`launch.tools.flops` (a step's cost), :mod:`launch.ask` the analysis it ends in; each
+folder states its own rule in its docstring, and
 :mod:`launch.analysis` imports neither :mod:`launch.cluster` nor :mod:`launch.tools`, nor the
 planning modules (``tests/test_layering.py``).
 

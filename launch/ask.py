@@ -38,9 +38,10 @@ from launch.analysis.claims import ANY_ROW, positive_margin
 from launch.analysis.records import Run, read_runs, variant_label
 from launch.analysis.report import write
 from launch.analysis.results import flag_disagreements, fmt, printed_scale
-from launch.analysis.settle import Plan, missing_seeds, read_plan, settle
+from launch.analysis.settle import Plan, missing_seeds, read_plan, refuse_other_plan, settle
 from launch.analysis.verdicts import Verdict, effects, naming_claim
 from src.command import command_parser, run_command
+from src.engine.record.identity import DATA, Identity
 from src.errors import SuiteError
 
 VARIANT_KEYS = ("attn", "reading")  # what the baseline's command replaces
@@ -51,17 +52,18 @@ class Arm:
     """One side of the question: its ``src.run`` overrides and the identity its runs must have."""
 
     overrides: list[str]
-    identity: object  # src.engine.record.identity.Identity, without the seed
+    identity: Identity  # without the seed
     unknown: list[str]  # keys only a running job resolves, left out of the comparison
 
     def owns(self, run: Run) -> bool:
-        from src.engine.record.identity import DATA
-
+        """Whether ``run`` is a seed of this arm: its identity, but the data only a run reads."""
         return run.identity.without(DATA, *self.unknown).hash == self.identity.hash
 
 
 @dataclass
 class Question:
+    """Both arms, the Hydra overrides every launch takes, the question's folder and main metric."""
+
     variant: Arm
     baseline: Arm
     hydra: list[str]  # the user's Hydra overrides, for every launch
@@ -79,7 +81,6 @@ class Question:
         (exit status 2: refused before any run) raised as this command's."""
         line = [sys.executable, "-m", "src.run", "-m", *arm.overrides, f"seed={','.join(map(str, seeds))}"]
         line += [*self.hydra, f"hydra.sweep.dir={self.root}"]
-        print(f"launch: {' '.join(line[1:])}", file=sys.stderr, flush=True)
         with subprocess.Popen(line, stdout=2, stderr=subprocess.PIPE, text=True) as done:
             errors = []
             for text in done.stderr:
@@ -126,11 +127,12 @@ def answer(args: argparse.Namespace) -> None:
     margin = None if args.margin is None else positive_margin(args.margin, args.margin, "give a number")
     if margin is not None and printed_scale(question.metric) != 1 and margin >= 1:
         raise SuiteError(f"--margin {args.margin}: {question.metric} is a fraction; 0.01 is one point")
-    print(plan.describe(), file=sys.stderr)
+    refuse_other_plan(question.root, plan)
     for arm in (question.variant, question.baseline):  # the first look's seeds, each arm as a multirun
         seeds = missing_seeds([r for r in question.read() if arm.owns(r)], plan.first, {"base_seeds": None})
         if seeds:
             question.launch(arm, seeds)
+    to_stderr(plan.describe())  # after the first seeds: a launch refused is one line
     runs = question.read()
     baseline, claim_of = arm_runs(question, runs)
     label = variant_label(baseline[0])
@@ -166,7 +168,7 @@ def composed(overrides: list[str], baseline: str) -> Question:
     given = prepare_argv(list(overrides))
     hydra = [o for o in given if o.lstrip("~+").startswith(("hydra.", "hydra/"))]
     mine = [o for o in given if o not in hydra]
-    refuse_unasked(given, mine, hydra)
+    refuse_unasked(given)
     name, *options = baseline.split()
     theirs = [o for o in mine if o.lstrip("~+").split("=")[0].split(".")[0] not in VARIANT_KEYS]
     theirs += [f"attn={name}", *(f"attn.{o}" for o in options)]
@@ -195,7 +197,7 @@ def composed(overrides: list[str], baseline: str) -> Question:
     return Question(variant, base, hydra, root, metric, f"{cfg.task.name}/{cfg.backbone.name}")
 
 
-def refuse_unasked(given: list[str], mine: list[str], hydra: list[str]) -> None:
+def refuse_unasked(given: list[str]) -> None:
     """A :class:`SuiteError` for what the question cannot hold: no variant named, a sweep (one value
     each), a seed (the looks choose them), a folder of one's own (the question names it)."""
     from src.precheck import parse

@@ -129,12 +129,8 @@ def settle(
     its runs) and returns when they have ended. The state is saved in ``root/settle.json`` before
     each launch, so a killed settle resumes where it was. ``judge``: the rows at a look, from the
     runs and each experiment's levels (the ``claims``' verdicts on validation where None)."""
-    state = load_state(root) or {"plan": asdict(plan), "targets": {}, "looks": [], "base_seeds": None}
-    if state["plan"] != asdict(plan):
-        raise SuiteError(
-            f"{root / STATE} was written for another plan ({state['plan']}); rerun with those "
-            "options, or settle a copy of the sweep under the new plan"
-        )
+    fresh = {"plan": asdict(plan), "targets": {}, "looks": [], "base_seeds": None}
+    state = refuse_other_plan(root, plan) or fresh
     while True:
         runs = read()
         by_experiment = {e: m for e, m in group(runs).items() if not stage_of(m)}  # confirm runs apart
@@ -162,6 +158,18 @@ def settle(
                 f"{len(open_rows)} not settled at the cap of {plan.cap} seeds"
             )
             return found
+
+
+def refuse_other_plan(root: Path, plan: Plan) -> dict | None:
+    """The state a settle of ``root`` left (None: none); a :class:`SuiteError` where it was written
+    for another plan (its looks' alpha is spent as that plan said)."""
+    state = load_state(root)
+    if state and state["plan"] != asdict(plan):
+        raise SuiteError(
+            f"{root / STATE} was written for another plan ({state['plan']}); rerun with those "
+            "options, or settle a copy of the sweep under the new plan"
+        )
+    return state
 
 
 def launch_missing(
