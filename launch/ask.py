@@ -8,8 +8,9 @@ launcher given, ``hydra/launcher=slurm``) into one folder named by the question,
 ``<paths.output_dir>/multirun/ask/<task>/<backbone>/<variant>-vs-<baseline>/<id>/``, ``<id>`` the
 first 8 hex digits of a hash of both arms' identities: the same question asked again, its
 overrides in any order or a default spelled out, finds its folder, and another question (another
-budget, option or data folder) gets its own. Every record there whose identity is an arm's counts
-as that arm's seed, and a seed with a completed (or failed) record is never trained again.
+budget, option or data folder) gets its own. Every record there (and in the ``--reuse`` folders:
+a sweep of one's own) whose identity is an arm's counts as that arm's seed, and a seed with a
+completed (or failed) record is never trained again.
 
 It looks on the settle loop's schedule (:mod:`launch.analysis.settle`: ``--first`` seeds, then
 ``--batch`` more at a time up to ``--cap``, each look at the alpha it spends, reading validation
@@ -70,11 +71,14 @@ class Question:
     root: Path
     metric: str
     setting: str  # task/backbone
+    reuse: list[Path]  # other folders whose records count
 
     def read(self) -> list[Run]:
-        """The folder's runs of either arm, by identity (debug and unreadable ones left to settle)."""
-        found = read_runs([self.root]) if self.root.is_dir() else []
-        return [r for r in found if self.variant.owns(r) or self.baseline.owns(r)]
+        """The runs of either arm, by identity, in the folder and the ``reuse`` folders (each folder
+        once; debug and unreadable ones left to settle)."""
+        found = read_runs([p for p in (self.root, *self.reuse) if p.is_dir()])
+        once = {str(Path(r.name).resolve()): r for r in found}.values()
+        return [r for r in once if self.variant.owns(r) or self.baseline.owns(r)]
 
     def launch(self, arm: Arm, seeds: list[int]) -> None:
         """``python -m src.run -m <arm> seed=…`` into the folder; its output on stderr, its error line
@@ -117,6 +121,15 @@ def command_line() -> argparse.ArgumentParser:
     parser.add_argument("--cap", type=int, default=20, help="the most seeds per arm (default 20)")
     parser.add_argument("--spending", choices=("obf", "pocock"), default="obf")
     parser.add_argument("--out", type=Path, help="where the report goes (default: <the folder>/report)")
+    parser.add_argument(
+        "--reuse",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="run folders, or folders holding them, whose records of either arm count too (by "
+        "identity; new seeds still go to the question's folder); repeatable",
+    )
     return parser
 
 
@@ -124,6 +137,9 @@ def answer(args: argparse.Namespace) -> None:
     """The command's work: the question composed and checked, its seeds settled, its line printed."""
     plan = Plan(args.first, args.batch, args.cap, args.spending)
     question = composed(args.overrides, args.baseline)
+    question.reuse = args.reuse
+    if missing := [str(p) for p in args.reuse if not p.is_dir()]:
+        raise SuiteError(f"--reuse {' '.join(missing)}: no such folder")
     margin = None if args.margin is None else positive_margin(args.margin, args.margin, "give a number")
     if margin is not None and printed_scale(question.metric) != 1 and margin >= 1:
         raise SuiteError(f"--margin {args.margin}: {question.metric} is a fraction; 0.01 is one point")
@@ -144,6 +160,7 @@ def answer(args: argparse.Namespace) -> None:
     def judge(runs: list[Run], levels: dict) -> list[Verdict]:
         return effects(runs, label, margins, levels, on="val")
 
+    question.root.mkdir(parents=True, exist_ok=True)  # every seed may be another folder's (--reuse)
     looked = settle(question.root, plan, question.read, launch, say=to_stderr, judge=judge)
     out = args.out or question.root / "report"
     settled = [(question.root, *read_plan(question.root))]
@@ -194,7 +211,7 @@ def composed(overrides: list[str], baseline: str) -> Question:
     root = root / cfg.task.name / cfg.backbone.name / f"{cfg.attn.variant}-vs-{base_cfg.attn.variant}"
     root = root / hashlib.sha256(pair.encode()).hexdigest()[:8]
     metric = str(OmegaConf.select(cfg, "task.metric", default=""))
-    return Question(variant, base, hydra, root, metric, f"{cfg.task.name}/{cfg.backbone.name}")
+    return Question(variant, base, hydra, root, metric, f"{cfg.task.name}/{cfg.backbone.name}", [])
 
 
 def refuse_unasked(given: list[str]) -> None:

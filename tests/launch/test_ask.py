@@ -105,6 +105,12 @@ def test_the_answer_is_one_line_equal_to_scipys_paired_t_and_a_rerun_trains_noth
     assert sorted(p.parent for p in root.rglob("summary.json")) == folders
     assert {p: p.stat().st_mtime_ns for p in root.rglob("metrics.jsonl")} == written
 
+    elsewhere = out.parent / "elsewhere"  # another output folder: the records found by identity
+    argv = [a if not a.startswith("paths.output_dir=") else f"paths.output_dir={elsewhere}" for a in argv]
+    code, answer_elsewhere, err = main_in_process(ask.main, capsys, *argv, "--reuse", root)
+    assert code == 0 and not list(elsewhere.rglob("summary.json")), err[-3000:]
+    assert LINE.match(answer_elsewhere).groups()[:4] == LINE.match(line).groups()[:4]
+
 
 @pytest.mark.parametrize(
     ("argv", "said"),
