@@ -136,17 +136,17 @@ def command_line() -> argparse.ArgumentParser:
 def answer(args: argparse.Namespace) -> None:
     """The command's work: the question composed and checked, its seeds settled, its line printed."""
     plan = Plan(args.first, args.batch, args.cap, args.spending)
-    question = composed(args.overrides, args.baseline)
-    question.reuse = args.reuse
+    question = composed(args.overrides, args.baseline, args.reuse)
     if missing := [str(p) for p in args.reuse if not p.is_dir()]:
         raise SuiteError(f"--reuse {' '.join(missing)}: no such folder")
     margin = None if args.margin is None else positive_margin(args.margin, args.margin, "give a number")
     if margin is not None and printed_scale(question.metric) != 1 and margin >= 1:
         raise SuiteError(f"--margin {args.margin}: {question.metric} is a fraction; 0.01 is one point")
     refuse_other_plan(question.root, plan)
-    for arm in (question.variant, question.baseline):  # the first look's seeds, each arm as a multirun
-        seeds = missing_seeds([r for r in question.read() if arm.owns(r)], plan.first, {"base_seeds": None})
-        if seeds:
+    found = question.read()  # the first look's seeds: those found first (as settle's), then 0, 1, …
+    first = {"base_seeds": sorted({r.seed for r in found})[: plan.first] or None}
+    for arm in (question.variant, question.baseline):  # each arm as a multirun
+        if seeds := missing_seeds([r for r in found if arm.owns(r)], plan.first, first):
             question.launch(arm, seeds)
     to_stderr(plan.describe())  # after the first seeds: a launch refused is one line
     runs = question.read()
@@ -172,7 +172,7 @@ def answer(args: argparse.Namespace) -> None:
     print(one_line(row, question.setting, next(v for v in looked if v.experiment == row.experiment), plan))
 
 
-def composed(overrides: list[str], baseline: str) -> Question:
+def composed(overrides: list[str], baseline: str, reuse: list[Path] = ()) -> Question:
     """Both arms' commands, checked as ``src.run`` checks them and composed; the folder they go to."""
     from hydra.errors import HydraException
     from omegaconf import OmegaConf
@@ -191,6 +191,7 @@ def composed(overrides: list[str], baseline: str) -> Question:
     theirs += [f"attn={name}", *(f"attn.{o}" for o in options)]
     if any(not is_override(o) for o in theirs):
         raise SuiteError(f"--baseline {baseline!r}: give 'VARIANT OPTION=VALUE …' (e.g. 'spectral mode=svd')")
+    theirs = prepare_argv(theirs)  # a baseline naming no variant: src.run's line, with the closest names
     arms = []
     for command in (mine, theirs):
         precheck(command)
@@ -211,7 +212,7 @@ def composed(overrides: list[str], baseline: str) -> Question:
     root = root / cfg.task.name / cfg.backbone.name / f"{cfg.attn.variant}-vs-{base_cfg.attn.variant}"
     root = root / hashlib.sha256(pair.encode()).hexdigest()[:8]
     metric = str(OmegaConf.select(cfg, "task.metric", default=""))
-    return Question(variant, base, hydra, root, metric, f"{cfg.task.name}/{cfg.backbone.name}", [])
+    return Question(variant, base, hydra, root, metric, f"{cfg.task.name}/{cfg.backbone.name}", list(reuse))
 
 
 def refuse_unasked(given: list[str]) -> None:

@@ -121,6 +121,7 @@ def test_the_answer_is_one_line_equal_to_scipys_paired_t_and_a_rerun_trains_noth
         (["attn=compose", "attn.nonesuch=1"], "nonesuch"),
         (["attn=standard"], "the baseline 'standard' itself"),
         (["attn=compose", "--first", "1"], "2 ≤ first ≤ cap"),
+        (["attn=compose", "--baseline", "standrd"], "did you mean standard"),
     ],
 )
 def test_a_bad_question_is_one_error_line_and_nothing_is_trained(argv, said, tmp_path, capsys):
