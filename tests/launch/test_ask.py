@@ -3,6 +3,7 @@ numbers those of scipy's paired t-test on the records, and a rerun that trains n
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -10,8 +11,11 @@ from pathlib import Path
 import pytest
 from conftest import main_in_process, one_error_line
 from scipy import stats
+from test_settle import GAIN, FakeSweep
 
 from launch import ask
+from launch.analysis.settle import Plan, settle
+from launch.analysis.verdicts import COMPARED, effects
 
 #: ``cond_init+spectral`` (attn=compose), which no claim names, 20 steps a run
 TINY = [
@@ -128,3 +132,22 @@ def test_a_bad_question_is_one_error_line_and_nothing_is_trained(argv, said, tmp
     code, answer, err = main_in_process(ask.main, capsys, *argv, f"paths.output_dir={tmp_path}")
     assert code == 2 and answer == "" and said in one_error_line(err), err
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(("effect", "sd"), [(0.02, 0.01), (-0.02, 0.01), (0.0, 0.003), (0.012, 0.012)])
+def test_settle_judging_the_claimless_effect_row_stops_where_it_does_on_the_claim(effect, sd, tmp_path):
+    """The loop ask runs (settle with ``effects`` as its judge, on validation) against settle's own on a
+    claim of the same comparison and δ, over simulated sweeps: the same look, seeds and verdict
+    each time (*better* for *reproduced*, *worse* for *contradicted*): better, worse and equivalent
+    before the cap (5 or 7 seeds of 9), better or inconclusive at it."""
+    claim = dataclasses.replace(GAIN, margin=0.006)  # spectral on digits: P2-image's δ names the row too
+    plan = Plan(first=3, batch=2, cap=9)
+    for i in range(8):
+        ends = []
+        for name, judge in (("claim", None), ("effect", lambda runs, lv: effects(runs, levels=lv, on="val"))):
+            sweep = FakeSweep(effect, sd, rng_seed=i)
+            root = tmp_path / f"{name}{i}"
+            root.mkdir()
+            (row,) = settle(root, plan, sweep.read, sweep.launch, [claim], say=lambda _: None, judge=judge)
+            ends.append((row.n, COMPARED.get(row.adjusted, row.adjusted), sorted(sweep.launched)))
+        assert ends[0] == ends[1]
