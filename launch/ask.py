@@ -85,10 +85,13 @@ class Question:
         (exit status 2: refused before any run) raised as this command's."""
         line = [sys.executable, "-m", "src.run", "-m", *arm.overrides, f"seed={','.join(map(str, seeds))}"]
         line += [*self.hydra, f"hydra.sweep.dir={self.root}"]
+        errors = []  # held back: a refusal is this command's one line
         with subprocess.Popen(line, stdout=2, stderr=subprocess.PIPE, text=True) as done:
-            errors = []
             for text in done.stderr:
-                (errors.append if text.startswith("error: ") else sys.stderr.write)(text)
+                if text.startswith("error: "):
+                    errors.append(text)
+                else:
+                    sys.stderr.write(text)
         if done.returncode == 2 and errors:
             raise SuiteError(errors[-1].removeprefix("error: ").strip())
         sys.stderr.writelines(errors)
