@@ -63,12 +63,13 @@ def slurm_answers() -> bool:
     return subprocess.run(["sinfo"], capture_output=True, timeout=30).returncode == 0
 
 
-def test_the_readme_lists_the_three_used_by_commands():
+def test_the_readme_lists_the_four_used_by_commands():
     commands = used_by_commands()
     assert [c for c in commands if "task=coco" in c] == ["python -m src.run task=coco attn=precond"]
-    assert any("hydra/launcher=slurm" in c for c in commands)
+    assert any("src.run -m" in c and "hydra/launcher=slurm" in c for c in commands)
     assert any("launch.analysis.dashboard" in c for c in commands)
-    assert len(commands) == 3, f"a used-by command without a test here: {commands}"
+    assert any(c.startswith("python -m launch.ask ") for c in commands)
+    assert len(commands) == 4, f"a used-by command without a test here: {commands}"
 
 
 def command(part: str) -> str:
@@ -88,9 +89,19 @@ def test_coco_names_the_detection_extra_or_the_coco_files_it_wants(tmp_path):
 def test_the_slurm_multirun_names_the_cluster_it_needs(tmp_path):
     if slurm_answers():
         pytest.skip("a SLURM controller answers here: the command would submit the LRA table's jobs")
-    line = one_line(run(command("hydra/launcher=slurm"), tmp_path, {}))
+    line = one_line(run(command("src.run -m"), tmp_path, {}))
     assert "hydra/launcher=slurm" in line and ("sinfo" in line or "sbatch" in line)
     assert not list(tmp_path.rglob("summary.json")), "a refused sweep recorded runs"
+
+
+def test_the_question_names_the_cluster_its_seeds_need(tmp_path):
+    """launch.ask composes the question, then its first seeds' multirun names the missing cluster:
+    that one line is the command's, nothing trained."""
+    if slurm_answers():
+        pytest.skip("a SLURM controller answers here: the command would submit its seeds")
+    line = one_line(run(command("launch.ask"), tmp_path, {}))
+    assert "hydra/launcher=slurm" in line and ("sinfo" in line or "sbatch" in line)
+    assert not list(tmp_path.rglob("summary.json")), "a refused question recorded runs"
 
 
 def test_the_dashboard_names_the_wandb_login_it_needs(tmp_path):

@@ -248,26 +248,16 @@ def check_composes(command: Command, seed: int, expected: Any, extra: tuple[str,
     ``extra``, both without the keys ``extra`` sets). Keys only a running job resolves
     (``${pretrained_by:…}``) are left out of the comparison."""
     from hydra.errors import HydraException
-    from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
-
-    from src.configs import compose
-    from src.engine.record.identity import Identity, flatten
-    from src.engine.record.safe_config import followed
 
     overrides = [*command.overrides, f"seed={seed}", *extra]
     try:
-        cfg = compose(overrides)
+        composed, unknown = composed_identity(overrides)
     except (HydraException, OmegaConfBaseException, SuiteError, ValueError) as error:
         why = one_line(error)
         raise Refused(f"{command.source}: its command does not compose ({why}); refused") from None
-    raw = OmegaConf.to_container(cfg, resolve=False)
-    cfg = OmegaConf.create(raw)
-    values = followed(cfg, raw)
-    unknown = [k for k, v in flatten(values).items() if isinstance(v, str) and "${" in v]
-    follows_seed = [k for k, v in flatten(raw).items() if v == "${seed}"]
     set_here = [o.partition("=")[0].lstrip("+~") for o in extra]
-    got = Identity.of(values).without("seed", *follows_seed, *unknown, *set_here)
+    got = composed.without(*set_here)
     want = expected.without(*unknown, *set_here)
     if got.hash != want.hash:
         differs = want.differences(got)
@@ -276,6 +266,31 @@ def check_composes(command: Command, seed: int, expected: Any, extra: tuple[str,
             f"{command.source}: its command composes to another configuration than the run's record "
             f"({listed}); the folder's command is not the one its record ran: refused"
         )
+
+
+def composed_identity(overrides: list[str], complete: bool = False) -> tuple[Any, list[str]]:
+    """The identity without the seed of the run ``python -m src.run <overrides>`` would make, as
+    far as composing tells it, and the keys only a running job resolves (``${pretrained_by:…}``),
+    left out of it (compare a record's identity without them too; and its ``data``, which only a
+    run reads). ``complete``: a composition's parts' options filled in as a run records them
+    (:func:`src.attention.config.complete`; imports torch). Hydra's and OmegaConf's own errors
+    where the overrides do not compose."""
+    from omegaconf import OmegaConf
+
+    from src.configs import compose
+    from src.engine.record.identity import Identity, flatten
+    from src.engine.record.safe_config import followed
+
+    cfg = compose(overrides)
+    if complete:
+        from src.attention.config import complete as completed
+
+        completed(cfg.attn)
+    raw = OmegaConf.to_container(cfg, resolve=False)
+    values = followed(OmegaConf.create(raw), raw)
+    unknown = [k for k, v in flatten(values).items() if isinstance(v, str) and "${" in v]
+    follows_seed = [k for k, v in flatten(raw).items() if v == "${seed}"]
+    return Identity.of(values).without("seed", *follows_seed, *unknown), unknown
 
 
 # -- the sweep's Hydra overrides --------------------------------------------------------------

@@ -371,19 +371,35 @@ def write_report(args: argparse.Namespace) -> None:
             f"{' '.join(map(str, args.runs))}"
         )
     out = args.out or (args.runs[0] / "report" if args.runs else Path("report"))
+    text, _, plots = write(out, runs, margins, settled, args.baseline, examples, seed_lines, seed_pngs)
+    print(text)
+    say_written(out, runs, plots)
+
+
+def write(
+    out: Path,
+    runs: list[Run],
+    margins: dict[str, float],
+    settled: list[tuple[Path, Plan, dict[str, Levels]]],
+    baseline: str | None = None,
+    examples: dict[str, int] | None = None,
+    seed_lines: list[str] = (),
+    seed_pngs: dict[str, bytes] | None = None,
+) -> tuple[str, list[Verdict], int]:
+    """report.md, results.csv/json, claims.csv/json and the plots of ``runs`` into ``out`` (all or none);
+    the report's text, its comparisons (:func:`comparisons`) and the number of plots."""
     counted = of_experiments(runs)
     try:
-        compared = comparisons(counted, margins, settled, args.baseline, examples)
+        compared = comparisons(counted, margins, settled, baseline, examples)
     except ValueError as error:
         raise SuiteError(str(error)) from error
     found = verdicts(counted, margins=margins, levels=settled_levels(settled), examples=examples)
     text = markdown(table(counted), convergence(counted), runs, margins, settled, compared, examples, found)
     text += "\n".join(seed_lines) + ("\n" if seed_lines else "")
-    plots = {**pngs(counted, compared, args.baseline), **seed_pngs}
+    plots = {**pngs(counted, compared, baseline), **(seed_pngs or {})}
     files = exports(export_rows(runs, compared), claim_export_rows(found, counted))
     write_files(out, {"report.md": text.encode(), **files, **plots})
-    print(text)
-    say_written(out, runs, len(plots))
+    return text, compared, len(plots)
 
 
 def checked_arguments(args: argparse.Namespace) -> tuple[dict[str, float], list]:

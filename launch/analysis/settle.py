@@ -9,7 +9,9 @@ checked, and nothing of its files runs (:mod:`launch.analysis.relaunch`); a fold
 rules or disagree with its records is refused in one line before anything is written.
 
 * a **row** (a claim on a task for one reading) is *settled* when its Holm-adjusted verdict is
-  *reproduced*, *contradicted* or *equivalent* at its look's levels;
+  *reproduced*, *contradicted* or *equivalent* at its look's levels; :func:`settle` judges the
+  claims' rows unless given another ``judge`` (:mod:`launch.ask` judges one claimless effect row,
+  :func:`launch.analysis.verdicts.effects`, *better* and *worse* settling it as the claims' sides do);
 * **looks** come at ``first, first + batch, …, cap`` seeds; seeds are added to a row's reading
   and to its ``standard`` (the new seeds follow the sweep's own: seeds ``max + 1, …``), every
   seed is kept and reported, none is dropped when its row settles;
@@ -54,7 +56,7 @@ from .records import Run, read_runs, run_config
 from .verdicts import Verdict, verdicts
 
 STATE = "settle.json"
-SETTLED = ("reproduced", "contradicted", "equivalent")
+SETTLED = ("reproduced", "contradicted", "equivalent", "better", "worse")  # a claim's, or a comparison's
 
 
 @dataclass(frozen=True)
@@ -107,6 +109,7 @@ class Plan:
 
 Launch = Callable[[list[Run], list[int]], None]  # (runs of one experiment, seeds to add)
 Read = Callable[[], list[Run]]
+Judge = Callable[[list[Run], dict[str, stats.Levels]], list[Verdict]]  # (runs, levels by experiment)
 
 
 def settle(
@@ -118,18 +121,16 @@ def settle(
     margins: dict[str, float] | None = None,
     wanted: Callable[[Verdict, list[Run]], bool] = lambda v, runs: True,
     say: Callable[[str], None] = print,
+    judge: Judge | None = None,
 ) -> list[Verdict]:
     """Add seeds until every wanted row is settled or at the cap; the final verdicts.
 
     ``read`` gives the runs as they are now, ``launch`` runs more seeds of one experiment (given
     its runs) and returns when they have ended. The state is saved in ``root/settle.json`` before
-    each launch, so a killed settle resumes where it was."""
-    state = load_state(root) or {"plan": asdict(plan), "targets": {}, "looks": [], "base_seeds": None}
-    if state["plan"] != asdict(plan):
-        raise SuiteError(
-            f"{root / STATE} was written for another plan ({state['plan']}); rerun with those "
-            "options, or settle a copy of the sweep under the new plan"
-        )
+    each launch, so a killed settle resumes where it was. ``judge``: the rows at a look, from the
+    runs and each experiment's levels (the ``claims``' verdicts on validation where None)."""
+    fresh = {"plan": asdict(plan), "targets": {}, "looks": [], "base_seeds": None}
+    state = refuse_other_plan(root, plan) or fresh
     while True:
         runs = read()
         by_experiment = {e: m for e, m in group(runs).items() if not stage_of(m)}  # confirm runs apart
@@ -141,7 +142,8 @@ def settle(
             targets.setdefault(experiment, plan.first)
         if launch_missing(root, state, by_experiment, read, launch, say):
             continue  # the new seeds are in: judge again
-        found = verdicts(runs, claims, margins, {e: plan.levels(t) for e, t in targets.items()}, on="val")
+        levels = {e: plan.levels(t) for e, t in targets.items()}
+        found = judge(runs, levels) if judge else verdicts(runs, claims, margins, levels, on="val")
         mine = [
             v for v in found if judged(v) and not v.stage and wanted(v, by_experiment.get(v.experiment, []))
         ]
@@ -156,6 +158,18 @@ def settle(
                 f"{len(open_rows)} not settled at the cap of {plan.cap} seeds"
             )
             return found
+
+
+def refuse_other_plan(root: Path, plan: Plan) -> dict | None:
+    """The state a settle of ``root`` left (None: none); a :class:`SuiteError` where it was written
+    for another plan (its looks' alpha is spent as that plan said)."""
+    state = load_state(root)
+    if state and state["plan"] != asdict(plan):
+        raise SuiteError(
+            f"{root / STATE} was written for another plan ({state['plan']}); rerun with those "
+            "options, or settle a copy of the sweep under the new plan"
+        )
+    return state
 
 
 def launch_missing(
@@ -267,7 +281,7 @@ def look_record(found: list[Verdict], targets: dict[str, int], advanced: list[st
     return {
         "rows": [
             {
-                "claim": v.claim.key,
+                "claim": v.claim.key if v.claim else None,  # None: a comparison no claim makes
                 "task": v.task,
                 "reading": v.reading,
                 "n": v.n,

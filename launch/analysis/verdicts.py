@@ -376,13 +376,15 @@ def effects(
     margins: dict[str, float] | None = None,
     levels: dict[str, stats.Levels] | None = None,
     examples: dict[str, int] | None = None,
+    on: str = "auto",
 ) -> list[Verdict]:
     """Every experiment of ``runs`` but the baseline's, against the baseline in its setting (the
     same task, backbone, budget and every other setting: :func:`pairings`), one claimless
     :class:`Verdict` each: the mean per-seed difference of the main metric over the seeds both
     have, its 95% interval and the verdict (*better*, *worse*, *equivalent* inside ±δ,
     *inconclusive*) in the metric's own direction. Both arms' numbers are test numbers where
-    every seed of both has one, else final validation values. δ: ``margins``'
+    every seed of both has one, else final validation values (``on="val"``: always validation, as
+    the settle loop's looks read, :func:`split_of`). δ: ``margins``'
     (:func:`launch.analysis.claims.parse_margins`) of the claim that names the row (a ``final``
     claim on the variant and task, against ``standard``), else the claim's own δ, else the one
     given for every row (:data:`launch.analysis.claims.ANY_ROW`).
@@ -394,7 +396,8 @@ def effects(
         here = [r for r in readable if r.task == task]
         settings = options(here)
         size = (examples or {}).get(task)
-        found = [_effect(p, baseline, margins or {}, settings, size) for p in pairings(None, here, baseline)]
+        pairs = pairings(None, here, baseline)
+        found = [_effect(p, baseline, margins or {}, settings, size, on) for p in pairs]
         for v in found:
             v.levels = (levels or {}).get(v.experiment, stats.FIXED)
         out += adjust(found)
@@ -416,13 +419,15 @@ def _effect(
     margins: dict[str, float],
     settings: dict[str, dict],
     examples: int | None = None,
+    on: str = "auto",
 ) -> Verdict:
     """One comparison of :func:`effects`: the pair's reading against its baseline; ``settings``:
     what tells the task's experiments apart (:func:`launch.analysis.records.options`), its reading
     with the backbone (and where δ comes from, when a claim gives it); ``examples``: the task's
-    evaluation set's size, counted as a sample (:func:`_example_var`)."""
+    evaluation set's size, counted as a sample (:func:`_example_var`); ``on``: the split it reads
+    (:func:`split_of`)."""
     members, base, first = pair.members, pair.base, pair.everyone[0]
-    split = split_of(members + base)
+    split = split_of(members + base, on)
     mine, theirs = ({r.seed: _final(r, split) for r in arm} for arm in (members, base))
     seeds = sorted(set(mine) & set(theirs))
     diffs = [mine[s] - theirs[s] for s in seeds]
