@@ -343,15 +343,10 @@ def send_to_wandb(run_dir: Path, cfg: DictConfig, result: dict[str, Any]) -> Non
     ``job_type`` stays the training's ``train`` (resuming with ``eval`` would relabel the training
     run); its config is left as it was. Offline, the resumed run is one more offline folder of the
     same id, which ``wandb sync`` merges into the run. Best effort, as in training."""
-    from src.engine.record.tracking import WandbLogger, eval_summary, run_name, run_tags
+    from src.engine.record.tracking import add_to_summary, eval_summary
 
-    _, meta = RunRecord(run_dir, enabled=False).recorded_identity()
-    wandb_id = (meta or {}).get("wandb_id")
-    if not wandb_id:
+    if not add_to_summary(run_dir, cfg, eval_summary(result)):
         print_note(f"not sent to W&B: {run_dir / 'identity.json'} holds no W&B run id")
-        return
-    logger = WandbLogger(cfg.logger, run_dir, None, run_id=wandb_id, name=run_name(cfg), tags=run_tags(cfg))
-    logger.finish(eval_summary(result))
 
 
 def print_note(line: str) -> None:

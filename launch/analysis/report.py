@@ -66,6 +66,7 @@ from .results import (
 )
 from .settle import STATE, Plan, read_plan
 from .stats import Levels
+from .to_wandb import send_comparisons
 from .verdicts import Verdict, claims_section, effects, effects_section, is_baseline, verdicts
 
 
@@ -353,6 +354,12 @@ def command_line() -> argparse.ArgumentParser:
         help="what every row is compared with: a variant with its options that are not defaults, as "
         "the table names it ('spectral mode=svd'; default: standard)",
     )
+    parser.add_argument(
+        "--to-wandb",
+        action="store_true",
+        help="add each compared experiment's effect, interval, n and verdict to its runs' W&B summaries "
+        "(vs/<baseline>/…; runs that logged to W&B, resumed by their id)",
+    )
     return parser
 
 
@@ -371,7 +378,12 @@ def write_report(args: argparse.Namespace) -> None:
             f"{' '.join(map(str, args.runs))}"
         )
     out = args.out or (args.runs[0] / "report" if args.runs else Path("report"))
-    text, _, plots = write(out, runs, margins, settled, args.baseline, examples, seed_lines, seed_pngs)
+    text, compared, plots = write(out, runs, margins, settled, args.baseline, examples, seed_lines, seed_pngs)
+    if args.to_wandb:
+        sent, without = send_comparisons(of_experiments(runs), compared)
+        print(
+            f"W&B: comparisons added to {sent} runs' summaries ({without} without a W&B run)", file=sys.stderr
+        )
     print(text)
     say_written(out, runs, plots)
 

@@ -126,6 +126,25 @@ def eval_summary(result: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def add_to_summary(run_dir: Path, cfg: DictConfig, summary: dict[str, Any]) -> bool:
+    """Add ``summary`` to the W&B run ``run_dir`` logged to (``identity.json``'s ``wandb_id``),
+    resumed with ``resume="allow"`` and no job type or config, so that the run keeps its own:
+    an evaluation's numbers (``python -m src.eval``) or the report's comparison of the run's
+    experiment (``launch.analysis.report --to-wandb``) sit beside the training's in the runs
+    table. Offline, the resumed run is one more offline folder of the same id, which ``wandb
+    sync`` merges into the run. Best effort, as in training; False where the record names no
+    W&B run."""
+    from .files import RunRecord
+
+    _, meta = RunRecord(run_dir, enabled=False).recorded_identity()
+    wandb_id = (meta or {}).get("wandb_id")
+    if not wandb_id:
+        return False
+    logger = WandbLogger(cfg.logger, run_dir, None, run_id=wandb_id, name=run_name(cfg), tags=run_tags(cfg))
+    logger.finish(summary)
+    return True
+
+
 class WandbLogger:
     """W&B, best effort: project, group, name and tags from the config; offline without a key.
 
