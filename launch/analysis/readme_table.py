@@ -28,6 +28,7 @@ from .results import fmt
 BEGIN = "<!-- verdicts: python -m launch.analysis.readme_table (from results/budgets/*/claims.csv) -->"
 END = "<!-- /verdicts -->"
 RESULTS = Path("results/budgets")
+POINTS = ("", "at init", "during training", "at the end")  # a κ claim's rows, in training's order
 
 
 def rows_of(folder: Path) -> list[dict[str, Any]]:
@@ -59,9 +60,8 @@ def signed(value: float | None, row: dict[str, Any]) -> str:
         return "?"
     if row["measure"] == "time_to_target":
         return "∞" if math.isinf(value) else f"{value:.2f}×"
-    if row["measure"] == "final":
-        return ("−" if value < 0 else "+") + fmt(abs(value), row["metric"] or "")
-    return f"{value:+.3f}"
+    text = fmt(abs(value), row["metric"] or "") if row["measure"] == "final" else f"{abs(value):.3f}"
+    return ("−" if value < 0 else "+") + text
 
 
 def point(row: dict[str, Any]) -> str:
@@ -74,16 +74,19 @@ def table(folders: list[Path]) -> str:
     """The README's block between the markers: the table and the line that says where it is from."""
     columns = {folder: {(r["claim"], r["task"], point(r)): r for r in rows_of(folder)} for folder in folders}
     budgets = [budget_of(rows) for rows in columns.values()]
-    keys = sorted({k for rows in columns.values() for k in rows}, key=lambda k: (k[0][:2], k[1], k))
+    keys = sorted(
+        {k for rows in columns.values() for k in rows},
+        key=lambda k: (k[0][:2], k[1], k[0], POINTS.index(k[2])),
+    )
     lines = [
-        "| claim | task | measure | " + " | ".join(budgets) + " |",
-        "| --- | --- | --- | " + " | ".join("---" for _ in budgets) + " |",
+        "| claim | variant | task | measure | " + " | ".join(budgets) + " |",
+        "| --- | --- | --- | --- | " + " | ".join("---" for _ in budgets) + " |",
     ]
     for key in keys:
         first = next(rows[key] for rows in columns.values() if key in rows)
-        measure = first["measure"] + (f" {key[2]}" if key[2] else "")
+        measure = measure_words(first) + (f" {key[2]}" if key[2] else "")
         lines.append(
-            f"| {key[0]} | {key[1]} | {measure} | "
+            f"| {key[0]} | `{first['variant']}` | {key[1]} | {measure} | "
             + " | ".join(cell(rows.get(key)) for rows in columns.values())
             + " |"
         )
@@ -102,9 +105,22 @@ def table(folders: list[Path]) -> str:
     return "\n".join(lines)
 
 
+def measure_words(row: dict[str, Any]) -> str:
+    """What a row measures, as the table heads it: ``test/acc`` (points), ``log10 κ(A)``, the
+    ratio of steps to target, else the claim's measure as named."""
+    measure = row["measure"]
+    if measure == "final":
+        return f"`{row['metric']}`" + (" (points)" if "acc" in (row["metric"] or "") else "")
+    if measure.startswith("monitor:kappa/"):
+        return f"log10 κ({measure.removeprefix('monitor:kappa/').split('/')[0]})"
+    if measure == "time_to_target":
+        return "steps to target (ratio)"
+    return measure
+
+
 def budget_of(rows: dict[tuple, dict[str, Any]]) -> str:
     """A column's heading: the sweep's budget and its largest paired n (``2000 steps, 20 seeds``)."""
-    budgets = sorted({r["budget"] for r in rows.values() if r["budget"]})
+    budgets = sorted({r["budget"].split(" · ")[0] for r in rows.values() if r["budget"]})
     seeds = max((r["n"] for r in rows.values()), default=0)
     return f"{' / '.join(budgets) or 'budget ?'}, {seeds} seeds"
 

@@ -14,7 +14,14 @@ from launch.analysis.readme_table import BEGIN, END
 
 def claim_row(claim: str, effect: float, low: float, high: float, verdict: str, **more) -> dict:
     row = dict.fromkeys(CLAIM_FIELDS)
-    row |= {"claim": claim, "task": "digits", "measure": "final", "metric": "test/acc", "role": "primary"}
+    row |= {
+        "claim": claim,
+        "variant": "cond_init",
+        "task": "digits",
+        "measure": "final",
+        "metric": "test/acc",
+        "role": "primary",
+    }
     row |= {"n": 20, "effect": effect, "ci_low": low, "ci_high": high, "verdict": verdict}
     row |= {"verdict_holm": verdict, "host": "vm", "commit": "abc1234", "torch": "2.14.1+cpu"}
     return row | more
@@ -50,10 +57,13 @@ def results(tmp_path):
 def test_the_table_is_the_primary_rows_one_column_per_budget(results):
     early, late, _ = results
     lines = readme_table.table([early, late]).splitlines()
-    assert lines[0] == "| claim | task | measure | 500 steps, 20 seeds | 2000 steps, 20 seeds |"
-    assert lines[2] == "| P1-train | digits | final | −2.10 [−3.20, −1.00] **contradicted** (20) | — |"
+    assert lines[0] == "| claim | variant | task | measure | 500 steps, 20 seeds | 2000 steps, 20 seeds |"
+    assert (
+        lines[2]
+        == "| P1-train | `cond_init` | digits | `test/acc` (points) | −2.10 [−3.20, −1.00] **contradicted** (20) | — |"
+    )
     assert lines[3] == (
-        "| P4-image | digits | final | +3.70 [+2.90, +4.50] **reproduced** (20) "
+        "| P4-image | `cond_init` | digits | `test/acc` (points) | +3.70 [+2.90, +4.50] **reproduced** (20) "
         "| +0.40 [−0.30, +1.10] **inconclusive †** (20) |"
     )
     assert len(lines) == 6 and "host vm; commit abc1234; torch 2.14.1+cpu" in lines[5]
