@@ -58,9 +58,9 @@ def test_the_table_is_the_primary_rows_one_column_per_budget(results):
     early, late, _ = results
     lines = readme_table.table([early, late]).splitlines()
     assert lines[0] == "| claim | variant | task | measure | 500 steps, 20 seeds | 2000 steps, 20 seeds |"
-    assert (
-        lines[2]
-        == "| P1-train | `cond_init` | digits | `test/acc` (points) | −2.10 [−3.20, −1.00] **contradicted** (20) | — |"
+    assert lines[2] == (
+        "| P1-train | `cond_init` | digits | `test/acc` (points) "
+        "| −2.10 [−3.20, −1.00] **contradicted** (20) | — |"
     )
     assert lines[3] == (
         "| P4-image | `cond_init` | digits | `test/acc` (points) | +3.70 [+2.90, +4.50] **reproduced** (20) "
