@@ -73,7 +73,7 @@ from . import stats
 from .claims import CLAIMS, Claim
 from .measures import Evidence, lookup, register
 from .reading_files import match
-from .verdict_row import Verdict, adjust, row, tested
+from .verdict_row import Verdict, adjust, known_test, row
 
 #: a share's words where no claim names the row (launch.analysis.seed_sets: one set against another)
 SOONER = {"reproduced": "faster", "contradicted": "slower"}
@@ -266,7 +266,7 @@ def share_verdict(
     if not n:
         return set_row(claim, curves, 0, None, None, None, None, note)
     low, high = binomtest(first, n).proportion_ci(0.95, method="exact")
-    test = tested(n, first / n, low, high, *stats.share_tests(first, n, claim.margin))
+    test = known_test(n, first / n, low, high, *stats.share_tests(first, n, claim.margin))
     found = set_row(claim, curves, n, first / n, low, high, test, note)
     if claim.margin is not None and found.verdict == "inconclusive":
         found.note = f"{note}; {settles_at(claim.margin, n, len(curves.seeds), family)}"
@@ -347,7 +347,7 @@ def init_verdict(claim: Claim, curves: Curves) -> Verdict:
         table = [[sum(good), len(good) - sum(good)], [sum(bad), len(bad) - sum(bad)]]
         p_for = fisher_exact(table, alternative="greater").pvalue
         p_against = fisher_exact(table, alternative="less").pvalue
-        test = tested(len(learned), value, low, high, p_for, p_against)
+        test = known_test(len(learned), value, low, high, p_for, p_against)
     return set_row(claim, curves, len(learned) if source else 0, value, low, high, test, note)
 
 

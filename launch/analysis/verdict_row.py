@@ -149,7 +149,7 @@ def adjust(family: list[Verdict]) -> list[Verdict]:
     return family
 
 
-def tested(n: int, effect: float | None, low, high, p_for, p_against, p_equivalent=None):
+def known_test(n: int, effect: float | None, low, high, p_for, p_against, p_equivalent=None):
     """A test known by its p-values and interval alone (a sign test, a bootstrap, Fisher's), in the
     shape :class:`Verdict` reads: no t spread, so no MDE (None where ``p_for`` is None: untested)."""
     if p_for is None:
