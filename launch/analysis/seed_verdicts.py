@@ -50,7 +50,10 @@ A claim of :mod:`launch.analysis.claims` on ``modadd`` is judged here when its m
                   exact test, one-sided each way; *reproduced* when higher.
 
 The rows name the set's reading (:func:`launch.analysis.reading_files.match`, from the composed
-``attn`` the set records) and which is the claim's primary.
+``attn`` the set records) and which is the claim's primary. Each row is the suite's one verdict row
+(:class:`launch.analysis.verdict_row.Verdict`: the statistic as its value and effect, its test's
+p-values, the set's epochs × seeds as its budget), each measure registered by name
+(:mod:`launch.analysis.measures`) and each family adjusted by the one Holm adjustment.
 """
 
 from __future__ import annotations

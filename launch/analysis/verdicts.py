@@ -39,7 +39,10 @@ Measures (a claim's ``measure``):
                      never leaves its plateau is censored: counted, and in the note's
                      Kaplan–Meier median of the first plateau, not in the mean.
 
-The report renders the verdicts as its *Claims* section (:func:`claims_section`).
+Each measure is registered by name (:mod:`launch.analysis.measures`: ``final``, ``monitor:``,
+``time_to_target`` and ``stages`` here) and :func:`verdicts` dispatches through the registry; the
+row, its Holm adjustment and its renderer are :mod:`launch.analysis.verdict_row`'s. The report
+renders the verdicts as its *Claims* section (:func:`claims_section`).
 
 A comparison no claim makes is the same row without its claim: :func:`effects` compares every
 experiment but the baseline's (``standard``, or the one the report's ``--baseline`` names) with the
