@@ -149,7 +149,15 @@ def adjust(family: list[Verdict]) -> list[Verdict]:
     return family
 
 
-def known_test(n: int, effect: float | None, low, high, p_for, p_against, p_equivalent=None):
+def known_test(
+    n: int,
+    effect: float | None,
+    low: float | None,
+    high: float | None,
+    p_for: float | None,
+    p_against: float | None,
+    p_equivalent: float | None = None,
+) -> stats.PairedTest | None:
     """A test known by its p-values and interval alone (a sign test, a bootstrap, Fisher's), in the
     shape :class:`Verdict` reads: no t spread, so no MDE (None where ``p_for`` is None: untested)."""
     if p_for is None:
