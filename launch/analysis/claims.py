@@ -4,7 +4,8 @@ Each :class:`Claim` says who claims what (``source``, ``statement``), how the su
 (``measure``, ``better``), where it is tested at small scale (``tasks`` and the ``experiment``
 that runs them) and the paper's number where one exists. The measures, and how runs turn into a
 verdict per claim, task and reading, are :mod:`launch.analysis.verdicts`' (kept apart so that this list
-reads on its own); P5's, measured over seeds trained at once, :mod:`launch.analysis.seed_verdicts`'.
+reads on its own); P5's, measured over seeds trained at once, :mod:`launch.analysis.seed_verdicts`';
+a claim's ``measure`` is a name registered in :mod:`launch.analysis.measures`.
 
 Claims that need no training (theorems) are checked by tests; they are listed here with the
 test that asserts them and what it found (:data:`CHECKED_BY_TESTS`). :func:`parse_margins` reads a

@@ -25,13 +25,15 @@ from __future__ import annotations
 import argparse
 import io
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from scipy.stats import binomtest
 
-from launch.analysis.stats import SHARE_MARGIN, holm, share_tests, three_way
+from launch.analysis import verdict_row
+from launch.analysis.stats import SHARE_MARGIN, share_tests
 from launch.analysis.time_to_quality import Median, km_median
+from launch.analysis.verdict_row import Verdict, adjust, known_test
 from src.command import command_parser, run_command
 from src.errors import ConfigError
 from src.sandbox.curves import SUCCESS, Curves, draw_clustering, draw_success, first_success
@@ -39,7 +41,9 @@ from src.sandbox.curves import SUCCESS, Curves, draw_clustering, draw_success, f
 
 @dataclass(frozen=True)
 class Row:
-    """One seed set's success, its epochs to learn, and its paired comparison to the baseline."""
+    """One seed set's success and its epochs to learn; and, for a set that is not the baseline, its
+    paired comparison with it (``versus``, the suite's one verdict row,
+    :class:`launch.analysis.verdict_row.Verdict` of measure ``learns_first``)."""
 
     name: str
     seeds: int
@@ -49,11 +53,29 @@ class Row:
     median: Median
     faster: int | None = None  # seeds that learned first here, against the baseline
     slower: int | None = None
-    p_faster: float | None = None
-    p_slower: float | None = None
-    p_equivalent: float | None = None  # TOST's, for a share inside 0.5 ± the margin
-    verdict: str = ""
-    adjusted: str = ""
+    versus: Verdict | None = None  # the sign test against the baseline (None: the baseline)
+
+    @property
+    def p_faster(self) -> float | None:
+        return None if self.versus is None else self.versus.p_for
+
+    @property
+    def p_slower(self) -> float | None:
+        return None if self.versus is None else self.versus.p_against
+
+    @property
+    def p_equivalent(self) -> float | None:
+        return None if self.versus is None else self.versus.p_equivalent
+
+    @property
+    def verdict(self) -> str:
+        """*faster*, *slower*, *equivalent* or *inconclusive* ("" for the baseline)."""
+        return "" if self.versus is None else self.versus.verdict
+
+    @property
+    def adjusted(self) -> str:
+        """The verdict after Holm over the sets compared ("" for the baseline)."""
+        return "" if self.versus is None else self.versus.adjusted
 
 
 def arrivals(curves: Curves, threshold: float = SUCCESS) -> list[tuple[float, bool]]:
@@ -63,12 +85,6 @@ def arrivals(curves: Curves, threshold: float = SUCCESS) -> list[tuple[float, bo
         first = first_success(acc, threshold)
         out.append((float(first), True) if first is not None else (float(curves.epochs), False))
     return out
-
-
-def verdict(p_faster: float, p_slower: float, p_equivalent: float | None = None) -> str:
-    """Every verdict's three-way rule (:func:`launch.analysis.stats.three_way`), in this table's words."""
-    found = three_way(p_faster, p_slower, p_equivalent)
-    return {"reproduced": "faster", "contradicted": "slower"}.get(found, found)
 
 
 def compare(
@@ -94,30 +110,22 @@ def compare(
             paired = list(zip(arrivals(base, threshold), seeds, strict=True))
             first = [r[1] and (not b[1] or r[0] < b[0]) for b, r in paired]
             later = [b[1] and (not r[1] or b[0] < r[0]) for b, r in paired]
+            faster, slower = sum(first), sum(later)
             p_faster, p_slower, p_eq = 1.0, 1.0, None  # no discordant seed: nothing to test
-            if sum(first) + sum(later):
-                p_faster, p_slower, p_eq = share_tests(sum(first), sum(first) + sum(later), margin)
-            row = Row(
-                **{
-                    **row.__dict__,
-                    "faster": sum(first),
-                    "slower": sum(later),
-                    "p_faster": p_faster,
-                    "p_slower": p_slower,
-                    "p_equivalent": p_eq,
-                    "verdict": verdict(p_faster, p_slower, p_eq),
-                }
-            )
+            if faster + slower:
+                p_faster, p_slower, p_eq = share_tests(faster, faster + slower, margin)
+            share = faster / (faster + slower) if faster + slower else None
+            test = known_test(faster + slower, share, None, None, p_faster, p_slower, p_eq)
+            versus = Verdict(None, "", name, faster + slower, None, share, share, None, None, None)
+            versus.test, versus.margin, versus.measured = test, margin, "learns_first"
+            row = replace(row, faster=faster, slower=slower, versus=versus)
         rows.append(row)
-    others = [i for i, r in enumerate(rows) if r.p_faster is not None]
-    if others:
-        adjusted_for = holm([rows[i].p_faster for i in others])
-        adjusted_against = holm([rows[i].p_slower for i in others])
-        tested = [rows[i].p_equivalent for i in others if rows[i].p_equivalent is not None]
-        adjusted_eq = holm(tested) if len(tested) == len(others) else [None] * len(others)
-        for i, pf, ps, pe in zip(others, adjusted_for, adjusted_against, adjusted_eq, strict=True):
-            rows[i] = Row(**{**rows[i].__dict__, "adjusted": verdict(pf, ps, pe)})
+    adjust([r.versus for r in rows if r.versus is not None])  # Holm over the sets compared
     return rows
+
+
+#: the comparison's columns of :func:`table` (:data:`launch.analysis.verdict_row.COLUMNS`)
+VERSUS = ("p for / against", "verdict / holm")
 
 
 def table(rows: Sequence[Row], threshold: float = SUCCESS) -> str:
@@ -130,8 +138,8 @@ def table(rows: Sequence[Row], threshold: float = SUCCESS) -> str:
     for r in rows:
         cells = (
             "baseline | — | —"
-            if r.p_faster is None
-            else f"{r.faster} / {r.slower} | {r.p_faster:.3g} / {r.p_slower:.3g} | {r.verdict} / {r.adjusted}"
+            if r.versus is None
+            else f"{r.faster} / {r.slower} | {verdict_row.cells(r.versus, VERSUS)}"
         )
         lines.append(
             f"| `{r.name}` ({r.seeds}) | {r.learned} of {r.seeds} [{r.low:.0%}, {r.high:.0%}] | "

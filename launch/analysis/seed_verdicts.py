@@ -50,7 +50,10 @@ A claim of :mod:`launch.analysis.claims` on ``modadd`` is judged here when its m
                   exact test, one-sided each way; *reproduced* when higher.
 
 The rows name the set's reading (:func:`launch.analysis.reading_files.match`, from the composed
-``attn`` the set records) and which is the claim's primary.
+``attn`` the set records) and which is the claim's primary. Each row is the suite's one verdict row
+(:class:`launch.analysis.verdict_row.Verdict`: the statistic as its value and effect, its test's
+p-values, the set's epochs × seeds as its budget), each measure registered by name
+(:mod:`launch.analysis.measures`) and each family adjusted by the one Holm adjustment.
 """
 
 from __future__ import annotations
@@ -59,7 +62,7 @@ import json
 import math
 import statistics
 import warnings
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 from scipy.stats import binomtest, fisher_exact
@@ -70,50 +73,37 @@ from src.sandbox.curves import SUCCESS, Curves, first_success, seed_table
 from src.sandbox.stages import emergence
 
 from . import stats
-from .claims import CLAIMS, SEED_SET_MEASURES, Claim
+from .claims import CLAIMS, Claim
+from .measures import Evidence, lookup, register
 from .reading_files import match
+from .verdict_row import Verdict, adjust, known_test, row
 
-MEASURES = ("stages", *SEED_SET_MEASURES)
-
-
-@dataclass(frozen=True)
-class SeedVerdict:
-    """One claim on one seed set (a backbone, a reading), with its statistic and verdict."""
-
-    claim: Claim
-    backbone: str
-    reading: str  # the conf/reading/ file the set matches, else its overrides
-    n: int  # the seeds the statistic is over
-    value: float | None  # the mean (stages, spike_curvature) or the variant's share of the first learners
-    low: float | None
-    high: float | None
-    p_for: float | None
-    p_against: float | None
-    note: str
-    epochs: int  # the budget: epochs of a seed set, steps of the memory
-    seeds: int
-    adjusted: str = ""
-    folder: str = ""  # the set's folder (a grid's cell: its name)
-    p_equivalent: float | None = None  # TOST's, where the claim has a margin
-
-    @property
-    def verdict(self) -> str:
-        if self.p_for is None:
-            return "no data" if self.n == 0 else "inconclusive"
-        return stats.three_way(self.p_for, self.p_against, self.p_equivalent)
-
-    @property
-    def primary(self) -> bool:
-        return self.reading == self.claim.primary
+#: a share's words where no claim names the row (launch.analysis.seed_sets: one set against another)
+SOONER = {"reproduced": "faster", "contradicted": "slower"}
 
 
 def set_row(
-    claim: Claim, curves: Curves, n: int, value, low, high, p_for, p_against, note: str
-) -> SeedVerdict:
-    """One claim's row on one seed set: its backbone, reading and budget taken from the set."""
-    budget = (curves.epochs, len(curves.seeds))
-    return SeedVerdict(
-        claim, backbone_of(curves), reading_of(curves), n, value, low, high, p_for, p_against, note, *budget
+    claim: Claim, curves: Curves, n: int, value, low, high, test: stats.PairedTest | None, note: str
+) -> Verdict:
+    """One claim's row on one seed set: its backbone, reading and budget taken from the set;
+    ``value`` the statistic [``low``, ``high``], ``test`` its p-values (None: untested)."""
+    reading = reading_of(curves)
+    return Verdict(
+        claim,
+        "modadd",
+        reading,
+        n,
+        None,
+        value,
+        value,
+        low,
+        high,
+        None,
+        note,
+        test=test,
+        budget=f"{curves.epochs} epochs × {len(curves.seeds)} seeds",
+        role="primary" if reading == claim.primary else "exploratory",
+        backbone=backbone_of(curves),
     )
 
 
@@ -190,7 +180,7 @@ def memory_problem(memory: object) -> str | None:
     return None
 
 
-def spike_verdicts(claim: Claim, folder: Path, memory: dict) -> list[SeedVerdict]:
+def spike_verdicts(claim: Claim, folder: Path, memory: dict) -> list[Verdict]:
     """One row per learning rate of one memory.json that had spikes (see the module docstring)."""
     out = []
     for s in memory["statistics"]:
@@ -207,27 +197,31 @@ def spike_verdicts(claim: Claim, folder: Path, memory: dict) -> list[SeedVerdict
             + (f"; no spike at η = {', '.join(quiet)}" if quiet else "")
         )
         budget = memory.get("args", {})
+        reading = f"η = {s['lr']:g}, {budget.get('tokens', '?')} tokens"
         out.append(
-            SeedVerdict(
+            Verdict(
                 claim,
-                "memory",
-                f"η = {s['lr']:g}, {budget.get('tokens', '?')} tokens",
+                "modadd",
+                reading,
                 len(s.get("seed_differences", [])),
+                None,
+                None if test is None else test.mean,
                 None if test is None else test.mean,
                 None if test is None else test.low,
                 None if test is None else test.high,
-                None if test is None else test.p_for,
-                None if test is None else test.p_against,
+                None,
                 note,
-                int(budget.get("steps", 0)),
-                s["seeds"],
+                test=test,
+                budget=f"{int(budget.get('steps', 0))} steps × {s['seeds']} seeds",
+                role="primary" if reading == claim.primary else "exploratory",
+                backbone="memory",
                 folder=folder.name,
             )
         )
     return out
 
 
-def stages_verdict(claim: Claim, curves: Curves) -> SeedVerdict:
+def stages_verdict(claim: Claim, curves: Curves) -> Verdict:
     """P5's two stages on one ``standard`` set (see the module's docstring)."""
     rows = seed_table(curves)
     done = [r for r in rows if not r["censored"] and r["first_rise"] is not None and not r["rise_censored"]]
@@ -248,13 +242,12 @@ def stages_verdict(claim: Claim, curves: Curves) -> SeedVerdict:
         statistics.fmean(values) if values else None,
         None if test is None else test.low,
         None if test is None else test.high,
-        None if test is None else test.p_for,
-        None if test is None else test.p_against,
+        test,
         note,
     )
 
 
-def learns_first_verdict(claim: Claim, curves: Curves, base: Curves, family: int = 1) -> SeedVerdict:
+def learns_first_verdict(claim: Claim, curves: Curves, base: Curves, family: int = 1) -> Verdict:
     """One set of the claim's variant against the ``standard`` set of its setting, paired by seed
     (the counts and the sign test of :func:`launch.analysis.seed_sets.compare`); ``family``: the sets of
     its Holm family (the level an open row's seeds are planned at)."""
@@ -268,19 +261,19 @@ def learns_first_verdict(claim: Claim, curves: Curves, base: Curves, family: int
 
 def share_verdict(
     claim: Claim, curves: Curves, first: int, second: int, note: str, family: int = 1
-) -> SeedVerdict:
+) -> Verdict:
     """A sign test: ``first`` of ``first + second`` discordant seeds on the claim's side, with TOST
     against the claim's margin and, while open, the seeds the margin would take at the level it is
     tested at in a Holm family of ``family`` sets (:func:`launch.analysis.stats.tested_at`)."""
     n = first + second
     if not n:
-        return set_row(claim, curves, 0, None, None, None, None, None, note)
+        return set_row(claim, curves, 0, None, None, None, None, note)
     low, high = binomtest(first, n).proportion_ci(0.95, method="exact")
-    p_for, p_against, p_eq = stats.share_tests(first, n, claim.margin)
-    row = replace(set_row(claim, curves, n, first / n, low, high, p_for, p_against, note), p_equivalent=p_eq)
-    if claim.margin is not None and row.verdict == "inconclusive":
-        row = replace(row, note=f"{note}; {settles_at(claim.margin, n, len(curves.seeds), family)}")
-    return row
+    test = known_test(n, first / n, low, high, *stats.share_tests(first, n, claim.margin))
+    found = set_row(claim, curves, n, first / n, low, high, test, note)
+    if claim.margin is not None and found.verdict == "inconclusive":
+        found.note = f"{note}; {settles_at(claim.margin, n, len(curves.seeds), family)}"
+    return found
 
 
 def settles_at(margin: float, discordant: int, seeds: int, family: int = 1) -> str:
@@ -295,7 +288,7 @@ def settles_at(margin: float, discordant: int, seeds: int, family: int = 1) -> s
     return f"a share of 0.5 ± {margin:g} takes {needed} discordant seeds (80% power{at}){rate}"
 
 
-def clustering_verdict(claim: Claim, curves: Curves) -> SeedVerdict:
+def clustering_verdict(claim: Claim, curves: Curves) -> Verdict:
     """Does each seed's clustering head form before it learns (see the module's docstring)?"""
     epochs = curves.probe_epochs()
     before = after = tied = bare = formed_unlearned = 0
@@ -327,7 +320,7 @@ def clustering_verdict(claim: Claim, curves: Curves) -> SeedVerdict:
     return share_verdict(claim, curves, before, after, note)
 
 
-def curriculum_verdict(claim: Claim, curves: Curves, scratch: Curves) -> SeedVerdict:
+def curriculum_verdict(claim: Claim, curves: Curves, scratch: Curves) -> Verdict:
     """A fine-tuned set against its setting's set trained from scratch, paired by seed."""
     base, here = compare({"scratch": scratch, "here": curves}, "scratch")
     note = (
@@ -338,7 +331,7 @@ def curriculum_verdict(claim: Claim, curves: Curves, scratch: Curves) -> SeedVer
     return share_verdict(claim, curves, here.faster, here.slower, note)
 
 
-def init_verdict(claim: Claim, curves: Curves) -> SeedVerdict:
+def init_verdict(claim: Claim, curves: Curves) -> Verdict:
     """Within a fine-tuned set: learned p = 3 by the source seed's own success (see the docstring)."""
     learned = [first_success(acc) is not None for acc in curves.acc]
     source = [a >= SUCCESS for a in curves.init_acc or []]
@@ -350,13 +343,15 @@ def init_verdict(claim: Claim, curves: Curves) -> SeedVerdict:
     )
     if not good or not bad:
         value = low = high = p_for = p_against = None
+        test = None
     else:
         value = sum(good) / len(good) - sum(bad) / len(bad)
         low, high = stats.difference_interval(sum(good), len(good), sum(bad), len(bad))
         table = [[sum(good), len(good) - sum(good)], [sum(bad), len(bad) - sum(bad)]]
         p_for = fisher_exact(table, alternative="greater").pvalue
         p_against = fisher_exact(table, alternative="less").pvalue
-    return set_row(claim, curves, len(learned) if source else 0, value, low, high, p_for, p_against, note)
+        test = known_test(len(learned), value, low, high, p_for, p_against)
+    return set_row(claim, curves, len(learned) if source else 0, value, low, high, test, note)
 
 
 def seed_verdicts(
@@ -364,74 +359,91 @@ def seed_verdicts(
     claims: list[Claim] = CLAIMS,
     memories: list[tuple[Path, dict]] = (),
     margins: dict[str, float] | None = None,
-) -> list[SeedVerdict]:
-    """Every ``modadd`` claim of :data:`MEASURES` on every seed set (or memory.json) it applies to;
-    a variant's set is judged only against the ``standard`` set of its setting: the same overrides
-    but the variant's, the same seeds and epochs (:func:`launch.analysis.seed_sets.setting`).
-    ``margins`` (``{claim key: δ}``) replaces the claims' own, as ``launch.analysis.report --margin``."""
-    claims = [replace(c, margin=(margins or {}).get(c.key, c.margin)) for c in claims]
-    out: list[SeedVerdict] = []
-    standards = {setting(c): c for _, c in sets if c.variant == "standard"}
-    for claim in (c for c in claims if c.measure in MEASURES and "modadd" in c.tasks):
-        if claim.measure == "stages":
-            out += [
-                replace(stages_verdict(claim, c), folder=f.name)
-                for f, c in sets
-                if c.variant == claim.variant
-            ]
-            continue
-        if claim.measure == "spike_curvature":
-            out += [v for folder, m in memories for v in spike_verdicts(claim, folder, m)]
-            continue
-        if claim.measure == "clustering_first":
-            out += [
-                replace(clustering_verdict(claim, c), folder=f.name)
-                for f, c in sets
-                if c.variant == claim.variant and c.probe_epochs()
-            ]
-            continue
-        if claim.measure == "init_source":
-            out += [
-                replace(init_verdict(claim, c), folder=f.name)
-                for f, c in sets
-                if c.variant == claim.variant and c.init_acc is not None
-            ]
-            continue
-        if claim.measure == "curriculum":
-            scratch = {(setting(c), c.variant): c for _, c in sets if not c.init_from}
-            for f, c in sets:
-                base = scratch.get((setting(c, init=False), c.variant))
-                if c.variant == claim.variant and c.init_from and base is not None:
-                    out.append(replace(curriculum_verdict(claim, c, base), folder=f.name))
-            continue
-        paired: dict[str, list[tuple[Path, Curves, Curves]]] = {}
-        for f, c in sets:
-            base = standards.get(setting(c))
-            if c.variant == claim.variant and base is not None:
-                paired.setdefault(backbone_of(c), []).append((f, c, base))
-        for members in paired.values():  # one backbone's sets: a Holm family
-            m = len(members)
-            out += adjust(
-                [replace(learns_first_verdict(claim, c, base, m), folder=f.name) for f, c, base in members]
-            )
+) -> list[Verdict]:
+    """Every ``modadd`` claim whose measure reads seed sets (:mod:`launch.analysis.measures`) on
+    every seed set (or memory.json) it applies to; a variant's set is judged only against the
+    ``standard`` set of its setting: the same overrides but the variant's, the same seeds and
+    epochs (:func:`launch.analysis.seed_sets.setting`). ``margins`` (``{claim key: δ}``) replaces
+    the claims' own, as ``launch.analysis.report --margin``. Each family a measure gives is
+    Holm-adjusted together (:func:`launch.analysis.verdict_row.adjust`)."""
+    evidence = Evidence("modadd", sets=list(sets), memories=list(memories))
+    out: list[Verdict] = []
+    for claim in (replace(c, margin=(margins or {}).get(c.key, c.margin)) for c in claims):
+        judge = lookup(claim.measure).sets if "modadd" in claim.tasks else None
+        for family in judge(claim, evidence) if judge else []:
+            out += adjust(family)
     return out
 
 
-def adjust(family: list[SeedVerdict]) -> list[SeedVerdict]:
-    """Holm over one claim's readings on one backbone, each side and the equivalence separately."""
-    tested = [v for v in family if v.p_for is not None]
-    p_for = stats.holm([v.p_for for v in tested])
-    p_against = stats.holm([v.p_against for v in tested])
-    with_margin = [v.p_equivalent for v in tested if v.p_equivalent is not None]
-    p_eq = iter(stats.holm(with_margin)) if len(with_margin) == len(tested) else None
-    adjusted = {
-        id(v): stats.three_way(f, a, next(p_eq) if p_eq else None)
-        for v, f, a in zip(tested, p_for, p_against, strict=True)
-    }
-    return [replace(v, adjusted=adjusted.get(id(v), v.verdict)) for v in family]
+@register("stages", "sets")
+def stages_families(claim: Claim, evidence: Evidence) -> list[list[Verdict]]:
+    """``stages`` on each set of the claim's variant, each row its own family."""
+    return [
+        [replace(stages_verdict(claim, c), folder=f.name)]
+        for f, c in evidence.sets
+        if c.variant == claim.variant
+    ]
 
 
-def section(found: list[SeedVerdict]) -> list[str]:
+@register("spike_curvature", "sets")
+def spike_families(claim: Claim, evidence: Evidence) -> list[list[Verdict]]:
+    """``spike_curvature`` per learning rate with spikes of each memory.json, each its own family."""
+    return [[v] for folder, m in evidence.memories for v in spike_verdicts(claim, folder, m)]
+
+
+@register("clustering_first", "sets", unit="share", words=SOONER)
+def clustering_families(claim: Claim, evidence: Evidence) -> list[list[Verdict]]:
+    """``clustering_first`` on each probed set of the claim's variant, each its own family."""
+    return [
+        [replace(clustering_verdict(claim, c), folder=f.name)]
+        for f, c in evidence.sets
+        if c.variant == claim.variant and c.probe_epochs()
+    ]
+
+
+@register("init_source", "sets")
+def init_families(claim: Claim, evidence: Evidence) -> list[list[Verdict]]:
+    """``init_source`` within each fine-tuned set of the claim's variant, each its own family."""
+    return [
+        [replace(init_verdict(claim, c), folder=f.name)]
+        for f, c in evidence.sets
+        if c.variant == claim.variant and c.init_acc is not None
+    ]
+
+
+@register("curriculum", "sets", unit="share", words=SOONER)
+def curriculum_families(claim: Claim, evidence: Evidence) -> list[list[Verdict]]:
+    """``curriculum``: each fine-tuned set against its setting's set from scratch, each its own family."""
+    scratch = {(setting(c), c.variant): c for _, c in evidence.sets if not c.init_from}
+    out = []
+    for f, c in evidence.sets:
+        base = scratch.get((setting(c, init=False), c.variant))
+        if c.variant == claim.variant and c.init_from and base is not None:
+            out.append([replace(curriculum_verdict(claim, c, base), folder=f.name)])
+    return out
+
+
+@register("learns_first", "sets", unit="share", words=SOONER)
+def learns_first_families(claim: Claim, evidence: Evidence) -> list[list[Verdict]]:
+    """``learns_first``: each set of the claim's variant against its setting's ``standard`` set;
+    one backbone's sets a Holm family."""
+    standards = {setting(c): c for _, c in evidence.sets if c.variant == "standard"}
+    paired: dict[str, list[tuple[Path, Curves, Curves]]] = {}
+    for f, c in evidence.sets:
+        base = standards.get(setting(c))
+        if c.variant == claim.variant and base is not None:
+            paired.setdefault(backbone_of(c), []).append((f, c, base))
+    return [
+        [replace(learns_first_verdict(claim, c, base, len(members)), folder=f.name) for f, c, base in members]
+        for members in paired.values()
+    ]
+
+
+#: the columns of the section's table (:data:`launch.analysis.verdict_row.COLUMNS`)
+COLUMNS = ("claim", "backbone", "set reading", "set", "budget", "n", "statistic", "verdict (holm)", "note")
+
+
+def section(found: list[Verdict]) -> list[str]:
     """The report's lines for P5's claims judged from seed sets (nothing when there are none)."""
     if not found:
         return []
@@ -455,15 +467,4 @@ def section(found: list[SeedVerdict]) -> list[str]:
         "| claim | backbone | reading | set | budget | n | statistic [95%] | verdict (Holm) | note |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for v in found:
-        signed = "+" if v.claim.measure in ("stages", "spike_curvature", "init_source") else ""
-        value = "—" if v.value is None else f"{v.value:{signed}.2f}"
-        interval = "" if v.low is None or math.isnan(v.low) else f" [{v.low:.2f}, {v.high:.2f}]"
-        adjusted = f" ({v.adjusted})" if v.adjusted and v.adjusted != v.verdict else ""
-        lines.append(
-            f"| `{v.claim.key}` | `{v.backbone}` | `{v.reading}`{' †' if v.primary else ''} | {v.folder} | "
-            f"{v.epochs} {'steps' if v.backbone == 'memory' else 'epochs'} × {v.seeds} seeds | {v.n} | "
-            f"{value}{interval} | {v.verdict}{adjusted} "
-            f"| {v.note} |"
-        )
-    return lines
+    return lines + [row(v, COLUMNS) for v in found]

@@ -39,14 +39,17 @@ Measures (a claim's ``measure``):
                      never leaves its plateau is censored: counted, and in the note's
                      Kaplan–Meier median of the first plateau, not in the mean.
 
-The report renders the verdicts as its *Claims* section (:func:`claims_section`).
+Each measure is registered by name (:mod:`launch.analysis.measures`: ``final``, ``monitor:``,
+``time_to_target`` and ``stages`` here) and :func:`verdicts` dispatches through the registry; the
+row, its Holm adjustment and its renderer are :mod:`launch.analysis.verdict_row`'s. The report
+renders the verdicts as its *Claims* section (:func:`claims_section`).
 
 A comparison no claim makes is the same row without its claim: :func:`effects` compares every
 experiment but the baseline's (``standard``, or the one the report's ``--baseline`` names) with the
 baseline in its setting, paired by seed as the claims' rows are (:func:`pairings`), tested by the
 same paired t-test in the metric's own direction (*better*, *worse*, *equivalent* against δ,
 *inconclusive*), a task's rows one Holm family (:func:`adjust`); :func:`effects_section` renders
-them with the claims' row (:func:`_verdict_row`).
+them with the claims' row (:func:`launch.analysis.verdict_row.row`).
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from src.sandbox.stages import Stages, accuracy_stages, plateau_km_median
@@ -61,94 +65,12 @@ from src.sandbox.stages import stages as curve_stages
 
 from . import reading_files, stats
 from . import time_to_quality as ttq
-from .claims import ANY_ROW, CHECKED_BY_TESTS, CLAIMS, SEED_SET_MEASURES, Claim
+from .claims import ANY_ROW, CHECKED_BY_TESTS, CLAIMS, Claim
+from .measures import COMPARED as COMPARED  # where it was before (launch.ask and its test read it here)
+from .measures import Evidence, lookup, register
 from .records import Run, options, variant_label
-from .results import describe, fmt, not_attn, tested
-
-
-@dataclass
-class Verdict:
-    """One claim on one task for one reading; or, with no ``claim``, one comparison of a reading
-    with its baseline (:func:`effects`: every row of the report that is not the baseline)."""
-
-    claim: Claim | None
-    task: str
-    reading: str  # the variant's options (what tells this experiment apart)
-    n: int  # seeds paired with standard (or, for ``stages``, standard's seeds that learn)
-    baseline: float | None  # standard's mean of the measure (log10 for κ)
-    value: float | None  # the reading's mean of the measure
-    effect: float | None  # mean of the per-seed differences
-    low: float | None
-    high: float | None
-    entropy: float | None  # the reading's median attention entropy at init (mean over seeds)
-    note: str = ""
-    claimed_sign: int = 1  # +1: the paper says the effect is positive; -1: negative
-    metric: str = ""  # the runs' main metric (for ``final``: how to print it)
-    test: stats.PairedTest | None = None  # the paired test behind the interval (None below 2 seeds)
-    margin: float | None = None  # δ, the smallest effect of interest (the claim's, or the user's)
-    adjusted: str = ""  # the verdict with the family's Holm-adjusted p-values (set by verdicts())
-    budget: str = ""  # what the runs were trained for ("150 steps", "3 epochs")
-    not_counted: str = ""  # runs of this reading or its baseline left out, named ("seed 3 failed")
-    levels: stats.Levels = (
-        stats.FIXED
-    )  # the levels it is read at (a settled sweep's look: launch.analysis.settle)
-    experiment: str = ""  # the reading's experiment hash (launch.analysis.records.Run.experiment)
-    baseline_experiment: str = ""  # standard's, in the same setting
-    stage: str = (
-        ""  # "confirm": fresh seeds of the confirm stage (launch.analysis.settle --confirm), its own family
-    )
-    reading_file: str = ""  # the conf/reading/ file its runs match ("" where none does)
-    role: str = ""  # primary (the claim's reading, chosen from the text) | exploratory | confirm
-    family: int = 1  # the rows of its Holm family with a test (set by adjust())
-    variant: str = ""  # with no claim: the compared variant with its options (``scale_out factor=0.25``)
-    baseline_label: str = ""  # with no claim: what it is compared with (``standard``)
-
-    @property
-    def measure(self) -> str:
-        """The claim's measure; a comparison without a claim compares the runs' main metric."""
-        return self.claim.measure if self.claim else "final"
-
-    @property
-    def verdict(self) -> str:
-        """The verdict at the unadjusted levels (:func:`launch.analysis.stats.three_way`)."""
-        if self.test is None:
-            return "no data" if self.n == 0 else "inconclusive"
-        return self.named(
-            stats.three_way(self.test.p_for, self.test.p_against, self.test.p_equivalent, self.levels)
-        )
-
-    def named(self, verdict: str) -> str:
-        """A verdict in the row's words: a claim's (*reproduced*, *contradicted*), or, for a
-        comparison no claim makes, which way the metric moved (*better*, *worse*)."""
-        return verdict if self.claim else COMPARED.get(verdict, verdict)
-
-    @property
-    def tested_at(self) -> stats.Levels:
-        """The level its MDE is at: its look's over its Holm family
-        (:func:`launch.analysis.stats.tested_at`)."""
-        return stats.tested_at(self.levels, self.family)
-
-    @property
-    def detectable(self) -> float | None:
-        """The smallest effect these seeds detect with 80% power at :attr:`tested_at`, from the
-        differences' spread (for a non-inferiority claim: the smallest δ whose test has 80% power
-        at a true effect of 0)."""
-        if self.test is None:
-            return None
-        return stats.min_detectable_effect(self.test.sd, self.n, alpha=self.tested_at.side)
-
-    @property
-    def seeds_for_margin(self) -> int | None:
-        """The seeds a test of δ would need at 80% power (None without δ or without a spread), at
-        the level of its schedule's last look over its Holm family (``planned``)."""
-        if self.test is None or self.margin is None:
-            return None
-        level = stats.tested_at(self.levels, self.family, planned=True)
-        return stats.seeds_needed(self.test.sd, self.margin, alpha=level.side)
-
-
-#: a comparison's verdicts (no claim, so no paper's side): the metric's own direction
-COMPARED = {"reproduced": "better", "contradicted": "worse"}
+from .results import describe, not_attn, tested
+from .verdict_row import CLAIM_COLUMNS, TABLE, Verdict, adjust, row, signed
 
 #: The points of training a monitor measure is read at, each its own family: before the first
 #: step, the mean over the monitor steps strictly between the first and the last, and the last.
@@ -200,16 +122,6 @@ def stages(run: Run) -> float | None:
     return (found.first_plateau - found.first_rise) / steps[-1]
 
 
-def measure(run: Run, claim: Claim, when: str = "", split: str = "val") -> float | None:
-    """``run``'s value of ``claim``'s measure: for ``final``, its number on ``split``
-    (:func:`_final`); for a monitor statistic, its value at ``when``."""
-    if claim.measure == "final":
-        return _final(run, split)
-    if claim.measure.startswith("monitor:"):
-        return monitor_point(run, claim.measure.removeprefix("monitor:"), when)
-    raise ValueError(f"unknown measure {claim.measure!r}")
-
-
 def verdicts(
     runs: list[Run],
     claims: list[Claim] = CLAIMS,
@@ -229,20 +141,14 @@ def verdicts(
     readable = [r for r in runs if r.status != "unreadable"]  # an unreadable folder has no reading
     out = []
     for claim in claims:
-        margin = (margins or {}).get(claim.key, claim.margin)
-        if claim.measure in SEED_SET_MEASURES:  # launch/analysis/seed_verdicts.py judges them
+        judge = lookup(claim.measure).runs  # the registry: launch.analysis.measures
+        if judge is None:  # read from seed sets only (launch/analysis/seed_verdicts.py)
             continue
+        margin = (margins or {}).get(claim.key, claim.margin)
         for task in claim.tasks:
             here = [r for r in readable if r.task == task]
-            if claim.measure == "stages":
-                families = [_stages(claim, task, here)]
-            elif claim.measure == "time_to_target":
-                families = [_to_target(claim, task, here)]
-            elif claim.measure.startswith("monitor:"):  # each point of training its own family
-                families = [_paired(claim, task, here, margin, when) for when in WHEN]
-            else:
-                families = [_paired(claim, task, here, margin, examples=(examples or {}).get(task), on=on)]
-            for found in families:
+            evidence = Evidence(task, here, margin, (examples or {}).get(task), on)
+            for found in judge(claim, evidence):
                 for v in found:
                     v.levels = (levels or {}).get(v.experiment, stats.FIXED)
                 for stage in dict.fromkeys(v.stage for v in found):  # a confirm stage: one planned test
@@ -250,22 +156,22 @@ def verdicts(
     return out
 
 
-def adjust(family: list[Verdict]) -> list[Verdict]:
-    """Set each verdict's ``adjusted`` from Holm's adjustment of the family's p-values (each
-    side and the equivalence tested separately, each at its own level)."""
-    tested = [v for v in family if v.test is not None]
-    p_for = stats.holm([v.test.p_for for v in tested])
-    p_against = stats.holm([v.test.p_against for v in tested])
-    with_margin = [v for v in tested if v.test.p_equivalent is not None]
-    p_equivalent = dict(
-        zip(map(id, with_margin), stats.holm([v.test.p_equivalent for v in with_margin]), strict=True)
-    )
-    for v, up, down in zip(tested, p_for, p_against, strict=True):
-        v.adjusted = v.named(stats.three_way(up, down, p_equivalent.get(id(v)), v.levels))
-        v.family = len(tested)
-    for v in family:
-        v.adjusted = v.adjusted or v.verdict
-    return family
+@register("final", "runs")
+def final_verdicts(claim: Claim, evidence: Evidence) -> list[list[Verdict]]:
+    """``final``: the runs' main metric, a test number where every run of a row has one; the
+    claim's readings on the task one family."""
+    return [_paired(claim, evidence, lambda run, split: _final(run, split), metric=True)]
+
+
+@register("monitor:", "runs")
+def monitor_verdicts(claim: Claim, evidence: Evidence) -> list[list[Verdict]]:
+    """``monitor:<key>``: a monitor quantity (κ in log10) at each point of :data:`WHEN`, each
+    point its own family."""
+    key = claim.measure.removeprefix("monitor:")
+    return [
+        _paired(claim, evidence, lambda run, split, when=when: monitor_point(run, key, when), when=when)
+        for when in WHEN
+    ]
 
 
 def reading_labels(runs: list[Run]) -> dict[str, str]:
@@ -480,29 +386,29 @@ def split_of(runs: list[Run], on: str = "auto") -> str:
 
 def _paired(
     claim: Claim,
-    task: str,
-    every: list[Run],
-    margin: float | None = None,
+    evidence: Evidence,
+    value: Callable[[Run, str], float | None],
     when: str = "",
-    examples: dict[str, int] | None = None,
-    on: str = "auto",
+    metric: bool = False,
 ) -> list[Verdict]:
-    """The claim against ``standard`` in the same setting, one verdict per reading; runs that did
-    not complete are named in the row, not counted. ``when``: for a monitor measure, the point of
-    training it is read at (:data:`WHEN`); ``examples``: the task's evaluation set's size, to count
-    its examples as a sample (:func:`_example_var`); ``on``: which split a ``final`` row reads
-    (:func:`split_of`)."""
+    """The claim against ``standard`` in the same setting, one verdict per reading, from each
+    run's ``value`` (of the run and the split it reads); runs that did not complete are named in
+    the row, not counted. ``when``: for a monitor measure, the point of training it is read at
+    (:data:`WHEN`); ``metric``: the value is the runs' main metric, read on the split
+    :func:`split_of` gives for ``evidence.on`` and with ``evidence.examples`` (the task's evaluation
+    set's size) counted as a sample (:func:`_example_var`); else on validation, seeds alone."""
     out = []
-    for pair in pairings(claim, every):
+    examples = evidence.examples if metric else None
+    for pair in pairings(claim, evidence.runs):
         everyone, every_base, members, base = pair.everyone, pair.every_base, pair.members, pair.base
-        split = split_of(members + base, on) if claim.measure == "final" else "val"
-        mine = {r.seed: measure(r, claim, when, split) for r in members}
-        theirs = {r.seed: measure(r, claim, when, split) for r in base}
+        split = split_of(members + base, evidence.on) if metric else "val"
+        mine = {r.seed: value(r, split) for r in members}
+        theirs = {r.seed: value(r, split) for r in base}
         seeds = sorted(s for s in mine if mine[s] is not None and theirs.get(s) is not None)
         no_value = [
             f"{r.attn} seed {r.seed} has no value {when or claim.measure}"
             for r in members + base
-            if measure(r, claim, when, split) is None
+            if value(r, split) is None
         ]
         diffs = [mine[s] - theirs[s] for s in seeds]
         sign = (
@@ -510,11 +416,12 @@ def _paired(
             if claim.better == "lower" or (claim.better == "metric" and not base[0].higher_is_better)
             else 1
         )
-        test = _test(claim, diffs, sign, margin, _example_var(examples, base[0], mine, theirs, seeds))
+        counted = _example_var(examples, base[0], mine, theirs, seeds)
+        test = _test(claim, diffs, sign, evidence.margin, counted)
         low, high = (None, None) if test is None else (test.low, test.high)
         verdict = Verdict(
             claim,
-            task,
+            evidence.task,
             pair.label + (f" · {when}" if when else ""),
             len(seeds),
             statistics.fmean(theirs[s] for s in seeds) if seeds else None,
@@ -526,7 +433,7 @@ def _paired(
             claimed_sign=sign,
             metric=base[0].reported.key if split == "test" else base[0].metric or "",
             test=test,
-            margin=margin,
+            margin=evidence.margin,
             not_counted="; ".join(filter(None, [left_out(everyone + every_base, set(seeds)), *no_value])),
         )
         out.append(pair.place(verdict, claim))
@@ -558,12 +465,13 @@ def _example_var(
     return stats.example_variance(variant, baseline, examples)
 
 
-def _to_target(claim: Claim, task: str, every: list[Run]) -> list[Verdict]:
+@register("time_to_target", "runs", unit="ratio")
+def to_target_verdicts(claim: Claim, evidence: Evidence) -> list[list[Verdict]]:
     """P4's speed, one verdict per reading: the ratio ``reading / standard`` of the Kaplan–Meier
     median steps to the target, over the seeds both arms have (:mod:`launch.analysis.time_to_quality`);
     *inconclusive*, with the reason in the row, where a median is not reached."""
     out = []
-    for pair in pairings(claim, every):
+    for pair in pairings(claim, evidence.runs):
         everyone, every_base, members, base = pair.everyone, pair.every_base, pair.members, pair.base
         fraction = claim.target_fraction or 1.0
         goal = ttq.target([r.final[r.metric] for r in base], base[0].higher_is_better, fraction)
@@ -576,7 +484,7 @@ def _to_target(claim: Claim, task: str, every: list[Run]) -> list[Verdict]:
         )
         verdict = Verdict(
             claim,
-            task,
+            evidence.task,
             pair.label,
             len(seeds),
             arms[0] and arms[0].steps,
@@ -597,7 +505,7 @@ def _to_target(claim: Claim, task: str, every: list[Run]) -> list[Verdict]:
                 len(seeds), ratio.ratio, nan, ratio.low, ratio.high, ratio.p_for, ratio.p_against, None
             )
         out.append(verdict)
-    return out
+    return [out]
 
 
 def _speed_note(
@@ -631,10 +539,11 @@ def _speed_note(
     return text
 
 
-def _stages(claim: Claim, task: str, runs: list[Run]) -> list[Verdict]:
+@register("stages", "runs")
+def stages_verdicts(claim: Claim, evidence: Evidence) -> list[list[Verdict]]:
     """P5's two stages on ``standard``'s own seeds (one-sample: the plateau minus the rise)."""
     by_experiment: dict[str, list[Run]] = defaultdict(list)
-    for r in runs:
+    for r in evidence.runs:
         if r.attn == claim.variant:
             by_experiment[r.experiment].append(r)
     out = []
@@ -651,14 +560,15 @@ def _stages(claim: Claim, task: str, runs: list[Run]) -> list[Verdict]:
             f"first plateau {'not reached' if median is None else f'{median:.0f} steps'}"
         )
         mean = statistics.fmean(values) if values else None
-        verdict = Verdict(claim, task, "—", len(values), None, mean, mean, low, high, _entropy(members), note)
+        entropy = _entropy(members)
+        verdict = Verdict(claim, evidence.task, "—", len(values), None, mean, mean, low, high, entropy, note)
         verdict.test = test
         verdict.budget = budget_of(everyone[0])
         verdict.not_counted = left_out(everyone, {r.seed for r in members})
         verdict.experiment = everyone[0].experiment
         verdict.reading_file, verdict.role = "standard", "primary"  # P5 is about standard itself
         out.append(verdict)
-    return out
+    return [out]
 
 
 def _entropy(members: list[Run]) -> float | None:
@@ -735,7 +645,7 @@ def claims_section(found: list[Verdict], stopping: list[str] = ()) -> list[str]:
             "",
             *TABLE,
         ]
-        lines += [_verdict_row(v) for v in found if v.claim == claim]
+        lines += [row(v, CLAIM_COLUMNS) for v in found if v.claim == claim]
     if CHECKED_BY_TESTS:
         lines += ["", "Claims that need no training, checked by tests:", ""]
         lines += [f"- {t.source}: {t.statement}: {t.finding} (`{t.test}`)" for t in CHECKED_BY_TESTS]
@@ -765,54 +675,8 @@ def effects_section(found: list[Verdict], baseline: str = "standard") -> list[st
     ]
     for task in dict.fromkeys(v.task for v in found):
         lines += ["", f"### {task}", "", *TABLE]
-        lines += [_verdict_row(v) for v in found if v.task == task]
+        lines += [row(v, CLAIM_COLUMNS) for v in found if v.task == task]
     return lines
-
-
-#: the head of a table of :func:`_verdict_row` rows (the claims' and the comparisons')
-TABLE = (
-    "| task | variant | reading | budget | n | ours | effect [95% CI] | MDE | seeds for δ "
-    "| entropy | verdict | Holm |",
-    "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
-)
-
-
-def _verdict_row(v: Verdict) -> str:
-    """One row of :data:`TABLE`: a claim's verdict, or a comparison's (no claim)."""
-    measure = v.measure
-    if measure in ("stages", "time_to_target"):
-        ours = v.note
-    else:
-        ours = "—" if v.value is None else f"{_measured(v, v.baseline)} → {_measured(v, v.value)}"
-    effect = "—" if v.effect is None else _signed(v, v.effect)
-    if v.low is not None:
-        effect += f" [{_signed(v, v.low)}, {_signed(v, v.high)}]"
-    entropy = "—" if v.entropy is None else f"{v.entropy:.3f}"
-    detectable = "—" if v.detectable is None else _signed(v, v.detectable).lstrip("+")
-    if v.detectable is not None:
-        detectable += f" ({stats.describe_level(v.tested_at)})"
-    seeds = "—" if v.margin is None or v.test is None else (str(v.seeds_for_margin or "> 1000"))
-    only_raw = "†" if v.verdict != v.adjusted and v.verdict != "inconclusive" else ""
-    exploratory = "‡" if v.role == "exploratory" and v.verdict != "inconclusive" else ""
-    n = f"{v.n} (not counted: {v.not_counted})" if v.not_counted else str(v.n)
-    name = f"`{v.reading_file}`" if v.reading_file else ""
-    reading = " ".join(filter(None, [name, "**primary**" if v.role == "primary" else "", v.reading]))
-    variant = v.variant or v.claim.variant
-    return (
-        f"| {v.task} | {variant} | {reading} | {v.budget or '—'} | {n} | {ours} | {effect} "
-        f"| {detectable} | {seeds} | {entropy} "
-        f"| **{v.verdict}**{_words(v, v.verdict)}{only_raw}{exploratory} "
-        f"| {v.adjusted}{_words(v, v.adjusted)} |"
-    )
-
-
-#: a non-inferiority claim's verdicts in its own words
-NOT_WORSE = {"reproduced": " (not worse)", "contradicted": " (worse)"}
-
-
-def _words(v: Verdict, verdict: str) -> str:
-    """`` (not worse)`` / `` (worse)`` after a non-inferiority claim's verdict (else nothing)."""
-    return NOT_WORSE.get(verdict, "") if v.claim and v.claim.kind == "non-inferiority" else ""
 
 
 def _kind(claim: Claim) -> str:
@@ -840,25 +704,6 @@ def _margin(claim: Claim, found: list[Verdict]) -> str:
     margin = next((v.margin for v in found if v.claim == claim), claim.margin)
     if margin is None:
         return "none declared (no *equivalent* verdict)"
-    row = next(v for v in found if v.claim == claim)
+    first = next(v for v in found if v.claim == claim)
     unit = f" — {claim.margin_unit}" if claim.margin_unit and margin == claim.margin else ""
-    return _signed(row, margin).lstrip("+") + unit
-
-
-def _measured(v: Verdict, value: float | None) -> str:
-    """A mean of the claim's measure: the metric as the tables print it, κ as a power of 10."""
-    if value is None:
-        return "—"
-    if v.measure.startswith("monitor:kappa"):
-        return f"10^{value:.2f}"
-    return fmt(value, v.metric) if v.measure == "final" else f"{value:.2f}"
-
-
-def _signed(v: Verdict, value: float) -> str:
-    """A difference: in the metric's printed unit (accuracy points) for ``final``."""
-    if v.measure == "final":
-        text = fmt(abs(value), v.metric)
-        return ("−" if value < 0 else "+") + text
-    if v.measure == "time_to_target":  # a ratio of medians, not a difference
-        return "∞" if math.isinf(value) else f"{value:.2f}×"
-    return f"{value:+.3f}"
+    return signed(first, margin).lstrip("+") + unit
