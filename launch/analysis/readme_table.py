@@ -91,7 +91,7 @@ def table(folders: list[Path]) -> str:
             + " |"
         )
     made = {
-        k: sorted({v for rows in columns.values() for r in rows.values() for v in (r[k] or "").split()})
+        k: sorted({v[:12] for rows in columns.values() for r in rows.values() for v in (r[k] or "").split()})
         for k in ("host", "commit", "torch")
     }
     lines += [

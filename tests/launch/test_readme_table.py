@@ -87,3 +87,18 @@ def test_a_missing_file_or_marker_is_one_line_and_exit_2(results, tmp_path, caps
     readme.write_text("no markers\n")
     assert readme_table.main([str(early), "--readme", str(readme)]) == 2
     assert "needs the lines" in capsys.readouterr().err and readme.read_text() == "no markers\n"
+
+
+def test_the_readmes_table_is_the_committed_results(capsys):
+    """The README's verdict table is exactly what results/budgets/*/claims.csv give: a README
+    number without its committed file, or a file the README does not follow, fails here."""
+    from conftest import ROOT
+
+    folders = sorted(
+        (p for p in (ROOT / readme_table.RESULTS).iterdir() if p.is_dir()), key=readme_table.sweep_order
+    )
+    assert [p.name for p in folders] == ["digits_500", "digits_2000"]
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split(BEGIN)[1].split(END)[0].strip()
+    here = readme_table.table([p.relative_to(ROOT) for p in folders])
+    assert block == here.strip()
