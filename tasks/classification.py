@@ -77,12 +77,15 @@ class Digits(ImageClassification):
     (1,078 images at 0.2 and 0.2). Validation serves everything chosen while runs go on (budgets,
     readings, best checkpoints, the settle loop's looks); ``test`` is evaluated once, when training
     ends (``trainer.test_after``), and the verdicts the README states are computed on it.
-    ``test_fraction=0`` gives the older two-way split (1,437 training images, no test split).
+    ``test_fraction=0`` (or null) gives the older two-way split (1,437 training images, no test
+    split); null also keeps the identity of runs recorded before the option existed (null values
+    leave the identity, :mod:`src.engine.record.identity`), so their records resume.
     Pixels are scaled to [0, 1] and standardised with the training set's mean and std.
     """
 
-    def __init__(self, val_fraction: float = 0.2, test_fraction: float = 0.2, **kwargs: Any) -> None:
+    def __init__(self, val_fraction: float = 0.2, test_fraction: float | None = 0.2, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        test_fraction = test_fraction or 0.0
         if not 0 <= test_fraction < 1 - val_fraction:
             raise ConfigError(
                 f"task.test_fraction={test_fraction}: with task.val_fraction={val_fraction} it must be "

@@ -52,7 +52,14 @@ def test_a_restart_moves_its_own_record_never_another_runs(tmp_path):
     assert summary["status"] == "completed"
     assert {folder: record_files(folder) for folder in kept} == kept  # byte for byte, where it was
     moved = sorted(p.name for p in (plain / "superseded" / "1").iterdir())
-    assert moved == ["checkpoints", "config.yaml", "identity.json", "metrics.jsonl", "summary.json"]
+    assert moved == [
+        "checkpoints",
+        "config.yaml",
+        "eval-test.json",
+        "identity.json",
+        "metrics.jsonl",
+        "summary.json",
+    ]
 
 
 def test_the_same_command_adopts_its_record_from_the_nested_layout_and_resumes(tmp_path):

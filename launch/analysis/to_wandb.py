@@ -17,6 +17,7 @@ from omegaconf import OmegaConf
 
 from src.engine.record.tracking import add_to_summary
 
+from .exports import effect_keys
 from .records import Run, run_config
 from .verdicts import Verdict
 
@@ -24,17 +25,8 @@ from .verdicts import Verdict
 def comparison_summary(v: Verdict) -> dict[str, Any]:
     """The summary keys of one comparison (None values left out: W&B keeps the last it was sent)."""
     prefix = f"vs/{(v.baseline_label or 'standard').replace(' ', '_')}"
-    keys = {
-        "effect": v.effect,
-        "ci_low": v.low,
-        "ci_high": v.high,
-        "n_paired": v.n,
-        "margin": v.margin,
-        "verdict": v.verdict,
-        "verdict_holm": v.adjusted or None,
-        "metric": v.metric or None,
-    }
-    return {f"{prefix}/{k}": value for k, value in keys.items() if value is not None}
+    keys = {**effect_keys(v), "metric": v.metric}
+    return {f"{prefix}/{k}": value for k, value in keys.items() if value not in (None, "")}
 
 
 def send_comparisons(runs: list[Run], compared: list[Verdict]) -> tuple[int, int]:

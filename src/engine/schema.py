@@ -118,7 +118,7 @@ RANGES: dict[str, Range] = {
     "task.batch_size": AT_LEAST_1,
     "task.eval_batch_size": AT_LEAST_1,
     "task.val_fraction": Range(0, 1, low_open=True, high_open=True),
-    "task.test_fraction": Range(0, 1, high_open=True),
+    "task.test_fraction": Range(0, 1, high_open=True, nullable=True),
     "optim.lr": POSITIVE,
     "optim.weight_decay": Range(0),
     "optim.momentum": Range(0, 1, high_open=True),

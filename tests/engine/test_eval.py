@@ -139,6 +139,15 @@ def test_eval_of_a_finished_run_reproduces_the_loops_own_validation(tmp_path, ca
     assert result["checkpoint_step"] == step and result["metrics"] == {k: row[k] for k in result["metrics"]}
     assert {p: p.read_bytes() for p in record} == record  # the record is never rewritten
 
+    # test: the loop's own test at the end (trainer.test_after=last), reproduced
+    tested = json.loads((run_dir / "eval-test.json").read_text())
+    assert tested["metrics"] == summary["test"] and tested["checkpoint"] == "last"
+    assert eval_cli(capsys, run_dir, "split=test", "checkpoint=last")[0] == 0
+    assert json.loads((run_dir / "eval-test.json").read_text())["metrics"] == summary["test"]
+
+
+def test_eval_of_a_split_the_task_lacks_is_refused_in_one_line(tmp_path, capsys):
+    _, run_dir = run(tmp_path, "run", "trainer.max_steps=2", "trainer.val_every=2", "task.test_fraction=0")
     code, _, err = eval_cli(capsys, run_dir, "split=test")
     assert code == 2 and err.count("\n") == 1 and "no 'test' split" in err and "val" in err
     assert not (run_dir / "eval-test.json").exists()
@@ -156,8 +165,9 @@ def test_eval_refuses_a_folder_without_a_record_or_a_checkpoint_in_one_line(tmp_
     assert code == 2 and "no.such.key is not a key" in err
 
 
-def test_the_default_task_split_is_val_only(tmp_path):
-    task = instantiate(compose([], tmp_path).task)
+def test_digits_without_its_test_split_is_val_only(tmp_path):
+    assert instantiate(compose([], tmp_path).task).eval_splits == ("val", "test")
+    task = instantiate(compose(["task.test_fraction=null"], tmp_path).task)
     assert task.eval_splits == ("val",)
     with pytest.raises(ConfigError, match="no 'test' split.*its splits are val"):
         task.eval_dataset(tmp_path, "test")

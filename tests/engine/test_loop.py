@@ -35,7 +35,8 @@ def test_accumulating_two_half_batches_equals_one_full_batch(tmp_path):
 
 
 #: The first 5 losses of the default run, and with half batches accumulated, as the code before the
-#: global batch (task.batch_size per process; commit 0573edb) trained them on one CPU thread.
+#: global batch (task.batch_size per process; commit 0573edb) trained them on one CPU thread, on the
+#: two-way digits split of then (``task.test_fraction=null``: 1,437 training images).
 PER_PROCESS_CODE = {
     (): [2.3433120250701904, 2.2777762413024902, 2.3434247970581055, 2.299839496612549, 2.406007766723633],
     ("task.batch_size=16", "trainer.accumulate=2"): [
@@ -61,7 +62,13 @@ def test_one_process_trains_as_the_per_process_code_did(tmp_path, caplog, overri
     states the batch."""
     with caplog.at_level("INFO", logger="src.run"):
         summary, run_dir = run(
-            tmp_path, "one", "trainer.max_steps=5", "trainer.device=cpu", "trainer.threads=1", *overrides
+            tmp_path,
+            "one",
+            "trainer.max_steps=5",
+            "trainer.device=cpu",
+            "trainer.threads=1",
+            "task.test_fraction=null",
+            *overrides,
         )
     torch.testing.assert_close(
         torch.tensor(losses(run_dir)), torch.tensor(PER_PROCESS_CODE[overrides]), rtol=1e-6, atol=0

@@ -57,8 +57,12 @@ def test_evaluations_build_reads_the_split_and_builds_the_trained_architecture(t
     evaluated = prepared(cfg, seeded_task(cfg), split="val")
     assert len(evaluated.datasets) == 1 and len(evaluated.datasets[0]) == len(trained.datasets[1])
     assert same(trained.model.state_dict(), evaluated.model.state_dict())
+    tested = prepared(cfg, seeded_task(cfg), split="test")
+    assert len(tested.datasets) == 1 and len(tested.datasets[0]) == 359  # digits's test split
+    assert same(trained.model.state_dict(), tested.model.state_dict())
+    two_way = compose(["attn=cond_init", "task.test_fraction=0", *ONE_STEP], tmp_path)
     with pytest.raises(ConfigError, match="no 'test' split"):
-        prepared(cfg, split="test")
+        prepared(two_way, split="test")
 
 
 def test_the_sandboxs_stacked_seeds_are_prepareds_per_seed(tmp_path):

@@ -76,12 +76,16 @@ def test_a_job_size_that_cannot_keep_the_global_batch_is_refused_before_submitti
 
 @pytest.mark.parametrize(
     "task, recorded",
-    [("digits", "21e31fbfdb0e34b5"), ("lra_listops trainer.precision=fp32", "69ab905a574d1134")],
+    [
+        ("digits task.test_fraction=null", "21e31fbfdb0e34b5"),
+        ("lra_listops trainer.precision=fp32", "69ab905a574d1134"),
+    ],
 )
 def test_resources_leave_the_identity_of_existing_runs_as_it_was(task, recorded, tmp_path):
     """The hashes single-process runs were recorded with before tasks declared resources (0573edb);
     the job's size is not in the identity, nor in the run folder's name. (ListOps's runs then were
-    fp32; its recipe now trains in bf16, as its source does, so those runs are the fp32 override's.)"""
+    fp32; its recipe now trains in bf16, as its source does, so those runs are the fp32 override's.
+    Digits's then had no test split: ``task.test_fraction=null`` is that split, and its identity.)"""
     name, *more = task.split()
     job = compose_job(
         [f"task={name}", *more, "paths.data_dir=/data", "resources.gpus_per_node=2"], Path("/out")
