@@ -41,6 +41,7 @@ class TrainerSchema:
     accumulate: int = MISSING
     val_every: int = MISSING
     val_every_epochs: float | None = MISSING
+    val_at_start: bool | None = MISSING
     eval_batches: int | None = MISSING
     log_every: int = MISSING
     monitor_every: int = MISSING

@@ -195,3 +195,23 @@ def test_a_finished_run_leaves_no_model_behind_for_the_next_run_of_the_process(t
     finally:
         gc.enable()
     assert alive == []
+
+
+def test_the_validation_at_start_is_the_initial_weights_and_leaves_training_as_it_was(tmp_path):
+    """``trainer.val_at_start``: a val row at step 0 equal to the initial model's own evaluation;
+    with drop path drawing from the RNG during training, the losses are the same to the bit with
+    it and without (the validation's loader draws its seed from the global generator: restored)."""
+    from src.engine.distributed import Dist
+    from src.engine.loop import evaluation
+    from src.engine.loop.prepared import prepared
+
+    steps = ("trainer.max_steps=6", "trainer.val_every=3", "+backbone.model.drop_path_rate=0.2")
+    _, with_it = run(tmp_path, "with", *steps, "trainer.val_at_start=true")
+    _, without = run(tmp_path, "without", *steps, "trainer.val_at_start=false")
+    assert losses(with_it) == losses(without)
+    rows = {d: [r for r in read_metrics(d) if r["split"] == "val"] for d in (with_it, without)}
+    assert [r["step"] for r in rows[with_it]] == [0, 3, 6] and [r["step"] for r in rows[without]] == [3, 6]
+    assert rows[with_it][1:] == rows[without]
+    task, (_, val_set), model = prepared(compose(["+backbone.model.drop_path_rate=0.2"], tmp_path))
+    metrics, _ = evaluation.evaluate(task, model, val_set, Dist(), run_autocast(torch.device("cpu"), "fp32"))
+    assert {k: rows[with_it][0][k] for k in metrics} == metrics

@@ -150,6 +150,8 @@ class Trainer:
         )
         if state.step == 0 and self.monitor is not None and self.partial is None:
             self._at_init()  # (a first step resumed midway logged it already)
+        if state.step == 0 and self.partial is None and cfg.get("val_at_start"):
+            self._validate_at_start()
         started, window_start, window_samples = time.monotonic(), time.monotonic(), 0
         with contextlib.closing(progress), PreemptionGuard() as guard:
             self.guard = guard
@@ -437,6 +439,19 @@ class Trainer:
             self.task.after_validation(
                 self.raw_model, self.state.step, self.record.dir, final=self.state.step == self.total_steps
             )
+
+    def _validate_at_start(self) -> None:
+        """``trainer.val_at_start``: the validation row at step 0 (the initial weights), where every
+        curve over training starts. It draws nothing from the random streams training uses (the
+        RNG state is restored after it: the run's losses are the same with it or without, so the
+        option is not in the identity), and it is not a candidate for ``best.pt``: the best
+        checkpoint is of a trained model."""
+        devices = [self.dist.device] if self.dist.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            metrics = self.evaluate(self.model)
+            if self.ema is not None:
+                metrics.update(self.evaluate(self.ema.module, prefix="val_ema"))
+        self._log("val", metrics)
 
     def _at_init(self) -> None:
         """Before the first step: the monitor's row at step 0 (κ and entropy at init, which the

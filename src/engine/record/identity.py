@@ -27,6 +27,8 @@ Left out of the identity, because they provably do not bear on what the run comp
 ``trainer.collapse_entropy``  when the collapse guard warns (a message, nothing else)
 ``trainer.test_after``    which checkpoint is evaluated on the test split once training has
                           ended (``eval-test.json``, summary's ``test``); training is unchanged
+``trainer.val_at_start``  a validation of the initial weights (a row at step 0); it restores the
+                          random state after it, so the steps computed are the same
 ========================  ====================================================================
 
 Left out although they change the *bits* (not the meaning) of the result, so that a requeue on
@@ -83,6 +85,7 @@ NO_BEARING = (
     "trainer.nonfinite_limit_consecutive",
     "trainer.nonfinite_limit_total",
     "trainer.test_after",
+    "trainer.val_at_start",
 )
 CHANGES_BITS = ("trainer.threads", "trainer.device", "trainer.compile", "trainer.flush_denormal", "resources")
 EXCLUDED = NO_BEARING + CHANGES_BITS
