@@ -2,22 +2,22 @@
 the one thing that makes it work (exit status 2, no traceback).
 
 The commands are read from the first ``bash`` block under "## Used by" in README.md, so a command
-edited there is the command tested here. Each runs in a temporary folder (its ``data/`` and
-``outputs/`` are there, so nothing is written into the repository) with the repository on
-``PYTHONPATH``; nothing is added to the command line. Each command needs something this machine
-may lack (COCO and the detection extra, a SLURM cluster, a W&B login), and what it says then is
-what is asserted.
+edited there is the command tested here. Each runs as a new user types it: in a fresh shell (no
+environment inherited from the tests: ``env -i``, the system's PATH) that has run the README's
+activation line (``source .venv/bin/activate``, from its first block) at the repository's root, in
+a temporary folder (its ``data/`` and ``outputs/`` are there, so nothing is written into the
+repository); nothing is added to the command line, and ``python`` is whatever that shell finds.
+Each command needs something this machine may lack (COCO and the detection extra, a SLURM cluster,
+a W&B login), and what it says then is what is asserted.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import os
 import re
 import shlex
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -31,17 +31,24 @@ def used_by_commands() -> list[str]:
     return [line.split("  #", 1)[0].strip() for line in block.splitlines() if line.strip()]
 
 
+def activation() -> str:
+    """The README's line that makes ``python`` the suite's: the ``source`` line of its first block."""
+    block = re.search(r"```bash\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S).group(1)
+    return next(line.split("  #", 1)[0].strip() for line in block.splitlines() if line.startswith("source "))
+
+
 def run(command: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
-    """``command`` as written, ``python`` being this interpreter, in ``cwd``."""
-    argv = shlex.split(command)
-    assert argv[0] == "python", f"a used-by command starts with python: {command}"
-    full_env = {**os.environ, "PYTHONPATH": str(ROOT), **env}
-    for key in ("DATA_DIR", "OUTPUT_DIR", "WANDB_API_KEY", "WANDB_MODE"):
-        full_env.pop(key, None)  # the defaults as a new user has them: ./data, ./outputs, no login
+    """``command`` as written, in ``cwd``, in a fresh shell that has run the README's activation
+    line at the repository's root (``env``: variables the shell has besides HOME and PATH)."""
+    script = activation().split()[1]
+    if not (ROOT / script).is_file():
+        pytest.skip(f"{script} is not here (the suite was installed another way than `make install`)")
+    home = cwd / "home"
+    home.mkdir(exist_ok=True)
+    fresh = {"HOME": str(home), "PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", **env}
+    line = f"cd {shlex.quote(str(ROOT))} && {activation()} && cd {shlex.quote(str(cwd))} && {command}"
     return subprocess.run(
-        [sys.executable, *argv[1:]],
-        cwd=cwd,
-        env=full_env,
+        ["env", "-i", *(f"{k}={v}" for k, v in fresh.items()), "bash", "--noprofile", "--norc", "-c", line],
         capture_output=True,
         text=True,
         timeout=300,
@@ -70,6 +77,8 @@ def test_the_readme_lists_the_four_used_by_commands():
     assert any("launch.analysis.dashboard" in c for c in commands)
     assert any(c.startswith("python -m launch.ask ") for c in commands)
     assert len(commands) == 4, f"a used-by command without a test here: {commands}"
+    assert all(c.startswith("python -m ") for c in commands)  # the activated shell's python
+    assert activation() == "source .venv/bin/activate"  # make install's venv (Makefile: VENV)
 
 
 def command(part: str) -> str:
