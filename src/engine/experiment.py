@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import logging
 import os
 import re
 import socket
@@ -47,6 +48,9 @@ from .record.recorder import Recorder
 from .record.session import RunSession, Session
 from .schema import check_values
 from .task import Run, Task
+from .threads import default_threads
+
+log = logging.getLogger(__name__)
 
 
 def train(cfg: DictConfig, run_dir: Path | str, hydra_files: dict[str, str] | None = None) -> dict[str, Any]:
@@ -89,6 +93,10 @@ def processes(cfg: DictConfig) -> Iterator[Dist]:
     try:
         if cfg.trainer.get("threads"):  # tiny models run fastest on one CPU thread
             torch.set_num_threads(cfg.trainer.threads)
+        elif (chosen := default_threads()) is not None:  # the free CPUs, not every core (.threads)
+            torch.set_num_threads(chosen[0])
+            if dist.main:
+                log.info("CPU threads: %d (%s; trainer.threads=N sets it)", chosen[0], chosen[1])
         yield dist
     finally:
         dist.close()
