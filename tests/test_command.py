@@ -114,6 +114,24 @@ def test_every_entry_point_is_found():
     assert "src.run" not in ENTRY_POINTS
 
 
+@pytest.mark.parametrize("module", ["src.eval", "tasks.lm.sample"])
+def test_the_evaluation_and_sampling_commands_answer_help_without_importing_torch(module):
+    """Their work imports torch and the suite after the command line parsed (``src.engine.run_eval``,
+    ``tasks.lm.sampling``): ``--help`` is the usage alone, not 8–12 s of imports."""
+    code = (
+        "import runpy, sys\n"
+        f"sys.argv = [{module!r}, '--help']\n"
+        "try:\n"
+        f"    runpy.run_module({module!r}, run_name='__main__')\n"
+        "except SystemExit as done:\n"
+        "    assert done.code == 0, done.code\n"
+        "print(sorted(m for m in ('torch', 'timm', 'hydra') if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"usage: python -m {module}" in done.stdout and done.stdout.splitlines()[-1] == "[]"
+
+
 @pytest.mark.parametrize("module", ENTRY_POINTS)
 def test_every_entry_points_help_names_it_and_its_docstrings_first_paragraph(module, capsys, monkeypatch):
     """``python -m X --help`` (in this process: ``X.main(["--help"])``) exits 0, its usage names

@@ -186,7 +186,7 @@ def test_the_offline_summary_holds_the_best_not_the_last(tmp_path, monkeypatch):
     accs = iter([0.25, 0.75, 0.5])  # validations at steps 2, 4, 6: the best is not the last
     monkeypatch.setattr(Trainer, "evaluate", lambda self, model, prefix="val": {f"{prefix}/acc": next(accs)})
     monkeypatch.setenv("WANDB_MODE", "offline")
-    run(tmp_path, "trainer.max_steps=6")
+    run(tmp_path, "trainer.max_steps=6", "trainer.val_at_start=false")
     (wandb_file,) = (tmp_path / "run" / "wandb").glob("offline-run-*/run-*.wandb")
     history, summary = offline_run(wandb_file)
     assert "val/acc" in history and summary["val/acc"] == {"max": 0.75}  # define_metric(summary="max")
@@ -210,7 +210,7 @@ def logged(tmp_path_factory):
         from src.engine.loop.trainer import Trainer
 
         mp.setattr(Trainer, "evaluate", lambda self, model, prefix="val": {f"{prefix}/acc": next(accs)})
-        run(tmp, "logger.log_checkpoints=true", "trainer.checkpoint_every=2")
+        run(tmp, "logger.log_checkpoints=true", "trainer.checkpoint_every=2", "trainer.val_at_start=false")
         mp.undo()
         mp.setenv("WANDB_MODE", "offline")
         eval_main([str(tmp / "run"), "split=val", "trainer.device=cpu"])

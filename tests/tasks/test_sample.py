@@ -17,8 +17,8 @@ from conftest import ROOT, compose, main_in_process, one_error_line
 from torch import nn
 
 from src.engine import train
-from tasks.lm.sample import SEPARATOR, generate, load
 from tasks.lm.sample import main as sample_main
+from tasks.lm.sampling import SEPARATOR, generate, load
 
 LM = [
     "task=lm_char",
@@ -195,7 +195,7 @@ def test_streamed_text_is_the_text_decoded_at_once():
     import io
     import random
 
-    from tasks.lm.sample import Printer
+    from tasks.lm.sampling import Printer
     from tasks.lm.tokenizer import ByteTokenizer
 
     rng = random.Random(0)
