@@ -6,6 +6,7 @@ is one line, exit 2, nothing written."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -154,3 +155,25 @@ def test_the_command_answers_help_without_loading_torch():
     code = "import sys, src.export; print(sorted({'torch', 'timm', 'hydra'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def doc_snippets() -> list[str]:
+    """The Python blocks of docs/evaluation.md's section "Export a trained model", in order."""
+    text = (ROOT / "docs" / "evaluation.md").read_text()
+    section = text.split("### Export a trained model", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```python\n(.*?)```", section, re.S)
+
+
+def test_the_docs_load_snippets_run_as_shown(runs):
+    """The plain snippet on a plain export, the three lines on one that needs ``attention.apply``:
+    each gives the run's logits, with only the folder's path put in."""
+    snippets = doc_snippets()
+    assert len(snippets) == 2
+    for snippet, variant in zip(snippets, ["cond_init", "precond"], strict=True):
+        run_dir = runs(variant)
+        folder = exporting.export(run_dir, run_dir / "documented")
+        scope: dict = {}
+        exec(snippet.replace("RUN/export", str(folder)), scope)  # noqa: S102  the docs' own code
+        model, images = run_model(run_dir)
+        with torch.no_grad():
+            torch.testing.assert_close(scope["model"](images), model(images), atol=1e-5, rtol=1e-5)
