@@ -177,3 +177,14 @@ def test_the_docs_load_snippets_run_as_shown(runs):
         model, images = run_model(run_dir)
         with torch.no_grad():
             torch.testing.assert_close(scope["model"](images), model(images), atol=1e-5, rtol=1e-5)
+
+
+def test_ema_exports_the_averaged_weights(runs, capsys):
+    run_dir = runs("standard", "trainer.ema=0.5")
+    folder = exporting.export(run_dir, run_dir / "ema", ema=True)
+    saved = checkpoint.load(run_dir / "checkpoints" / "best.pt")
+    weights = load_file(folder / "model.safetensors")
+    averaged = {k.removeprefix("module."): v for k, v in saved["ema"].items()}
+    assert all(torch.equal(weights[k], averaged[k]) for k in weights)
+    assert not all(torch.equal(weights[k], saved["model"][k]) for k in weights)
+    assert json.loads((folder / "config.json").read_text())["conditioned_attention"]["weights"] == "ema"
