@@ -106,7 +106,7 @@ def test_a_rule_that_is_not_of_the_form_fails_rather_than_allowing_nothing(tmp_p
 
 
 def test_the_real_scan_sees_function_level_and_relative_imports():
-    modules = dict(imported_modules(ROOT / "tasks" / "lm" / "sample.py"))
+    modules = dict(imported_modules(ROOT / "tasks" / "lm" / "sampling.py"))
     assert "tasks.lm.task" in modules.values()  # in load(), a function
     assert ("src.engine.loop.evaluation") in modules.values()  # from src.engine.loop import evaluation
 
