@@ -148,14 +148,23 @@ def supported_timm_models() -> list[str]:
     return found
 
 
-def nearest_supported(name: str) -> str | None:
-    """The supported timm model whose name is closest to ``name`` (``difflib``'s ratio on the names:
-    a cheap rule that finds the same size and patch, ``convnext_tiny`` -> ``xcit_tiny_…``), or None
-    where no family names timm models."""
-    candidates = supported_timm_models()
-    if not candidates:
-        return None
-    return max(candidates, key=lambda c: (SequenceMatcher(None, name, c).ratio(), c == name))
+def nearest_supported(name: str, tries: int = 5) -> str | None:
+    """The supported timm model whose name is closest to ``name``: a cheap rule, ``difflib``'s
+    ratio between the names (``convnext_tiny`` -> ``davit_tiny``), over
+    :func:`supported_timm_models`. The closest few are built on the meta device (no memory, no
+    weights) and the first with an attention module of a family is the answer, so that a model a
+    later timm adds under a family's pattern with another attention class is never suggested.
+    None where none is found."""
+    import timm
+    import torch
+
+    ranked = sorted(supported_timm_models(), key=lambda c: (-SequenceMatcher(None, name, c).ratio(), c))
+    for candidate in ranked[:tries]:
+        with torch.device("meta"):
+            model = timm.create_model(candidate, pretrained=False)
+        if any(type(m) in ADAPTERS for m in model.modules()):
+            return candidate
+    return None
 
 
 def timm_token_entry(model: nn.Module, where: Where = "block") -> TokenEntry | None:
@@ -256,9 +265,20 @@ def vit_attention_site(name: str, module: Attention) -> AttentionSite:
 
 
 _VIT_SITES: dict[type[nn.Module], SiteBuilder] = {Attention: vit_attention_site}
-#: timm names ``vit_*`` whose attention is another class (filled in from a build of every
-#: ``vit_*`` model on the meta device; tests/attention/test_timm_by_name.py checks a sample).
-VIT_OTHER_ATTENTION: tuple[str, ...] = ()
+#: timm names ``vit_*`` whose attention is another class: rotary (``AttentionRope``), relative
+#: position (``RelPosAttention``), differential (``DiffAttention``) and the ``xp`` and ``pwee``
+#: blocks; found by building every ``vit_*`` model of timm 1.0.31 on the meta device.
+VIT_OTHER_ATTENTION = (
+    "!vit_*rope*",
+    "!vit_*_sapiens2",
+    "!vit_pe_*",
+    "!vit_relpos_*",
+    "!vit_srelpos_*",
+    "!vit_*_xp_*",
+    "!vit_d*wee_*",
+    "!vit_dlittle_*",
+    "!vit_pwee_*",
+)
 _TINY_VIT = dict(img_size=32, patch_size=8, embed_dim=48, depth=2, num_heads=3, num_classes=5)
 
 register_family(

@@ -121,3 +121,17 @@ def test_the_names_the_families_claim_are_the_registrys():
     names = supported_timm_models()
     assert "eva02_tiny_patch14_224" in names and "beit_base_patch16_224" in names
     assert not [n for n in names if n.startswith(("convnext", "levit", "efficientformer", "swinv2"))]
+
+
+def test_names_of_another_attention_class_are_not_claimed(monkeypatch):
+    names = supported_timm_models()
+    for other in ("vit_base_patch16_rope_224", "vit_relpos_base_patch16_224", "vit_pe_core_tiny_patch16_384"):
+        assert other not in names
+    # a name a later timm adds under a family's pattern, with another attention class: built on the
+    # meta device before it is suggested, and passed over
+    from src.attention import timm_families
+
+    monkeypatch.setattr(
+        timm_families, "supported_timm_models", lambda: ["vit_base_patch16_rope_224", "vit_base_patch16_224"]
+    )
+    assert nearest_supported("vit_base_patch16_rope_224") == "vit_base_patch16_224"
