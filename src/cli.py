@@ -113,9 +113,24 @@ def check_option(group: str, choice: object, options: list[str]) -> None:
         return
     close = difflib.get_close_matches(choice, options, n=3, cutoff=0.6)
     hint = f"; did you mean {' or '.join(close)}?" if close else ""
+    if group == "backbone" and not close and "timm" in options and is_timm_model(choice):
+        raise ConfigError(
+            f"backbone={choice}: no such option in conf/backbone, but a timm model: "
+            f"backbone=timm backbone.name={choice}"
+        )
     raise ConfigError(
         f"{group}={choice}: no such option in conf/{group}{hint} (options: {', '.join(options)})"
     )
+
+
+def is_timm_model(name: str) -> bool:
+    """``name`` is in timm's registry (imports timm, and so torch: asked only of a refused word
+    with no close option in ``conf/backbone``, so that a typo of one is still refused torch-free)."""
+    try:
+        import timm
+    except ImportError:
+        return False
+    return timm.is_model(name)
 
 
 def config_loader(extra_dirs: list[Path] = ()):

@@ -5,7 +5,8 @@ the config as Hydra will (with Hydra's own loader, torch-free) and refuses, in o
 :class:`ConfigError` each, a key no config has (``trainer.max_step=5``: did you mean
 ``trainer.max_steps``) or a new one nothing reads (``+trainer.max_step=5``), ``-m`` with ``--cfg``,
 ``attn=`` and ``reading=`` naming different variants, out-of-range values, a task and backbone
-that do not fit, and a detection task without the detection extra. Anything it cannot compose it
+that do not fit, a timm model name timm does not know (``backbone=timm``: the one check that
+imports timm) and a detection task without the detection extra. Anything it cannot compose it
 leaves to Hydra, which says why in its own words.
 """
 
@@ -39,6 +40,8 @@ UNCHECKED_FLAGS = (
     "-sc",
 )
 DETECTION_STACK = ("mmdet", "mmcv", "mmengine")
+#: ``conf/backbone/timm.yaml``'s builder: its ``backbone.name`` must be in timm's registry.
+TIMM_BY_NAME = "src.models.timm_named.create"
 DETECTION_HINT = (
     "the detection tasks need the detection extra (mmdet, mmcv 2.1.0 with its compiled ops), which is "
     "not installed: run `make detection` (builds mmcv once, about 30 minutes on 2 cores, kept in a cache) "
@@ -229,6 +232,10 @@ def check_run(cfg: DictConfig) -> None:
             raise
         except Exception:  # noqa: BLE001  an interpolation only a run resolves: the run checks again
             pass
+    if OmegaConf.select(cfg, "backbone.model._target_", default=None) == TIMM_BY_NAME:
+        from src.models.timm_named import check_name  # imports timm: only for a timm model by name
+
+        check_name(cfg.backbone.name)
     if OmegaConf.select(cfg, "task.input", default=None) == "detection":
         missing = [name for name in DETECTION_STACK if not importable(name)]
         if missing:

@@ -126,14 +126,27 @@ def apply(model: nn.Module, variant: str | Variant, **options: Any) -> nn.Module
         raise AttentionConfigError(f"attention variant {chosen.name!r} is already applied to this model")
     sites = find_sites(model)
     if not sites:
-        raise AttentionConfigError(
-            f"no attention module found in {type(model).__name__}: supported are "
-            f"{', '.join(sorted(c.__qualname__ for c in ADAPTERS))}, and any module that defines "
-            "attention_site(name) -> AttentionSite"
-        )
+        raise AttentionConfigError(no_sites_message(model))
     chosen.modify(model, sites)
     model.attention_variants = (*applied, chosen)
     return model
+
+
+def no_sites_message(model: nn.Module) -> str:
+    """One line for a model without any attention module the variants know: what it is, each
+    supported attention class once (with the families that use it), and the supported timm model
+    whose name is closest to the model's own timm name (its ``pretrained_cfg["architecture"]``,
+    set by ``timm.create_model``; else its class name): a cheap rule, by name only."""
+    from .timm_families import nearest_supported, supported_attention
+
+    arch = (getattr(model, "pretrained_cfg", None) or {}).get("architecture")
+    named = f"{type(model).__name__} ({arch})" if arch else type(model).__name__
+    nearest = nearest_supported(arch or type(model).__name__.lower())
+    hint = f"; the nearest supported timm model by name: {nearest}" if nearest else ""
+    return (
+        f"no attention module the variants know in {named}: supported are {supported_attention()}, "
+        f"and any module that defines attention_site(name) -> AttentionSite{hint}"
+    )
 
 
 def find_sites(model: nn.Module) -> list[AttentionSite]:

@@ -26,9 +26,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from difflib import SequenceMatcher
+from fnmatch import fnmatch
 
 from timm.layers import Attention
-from timm.models import cait, davit, deit, swin_transformer, vision_transformer, xcit
+from timm.models import beit, cait, davit, deit, eva, swin_transformer, vision_transformer, xcit
 from timm.models._features import FeatureDictNet, FeatureGetterNet, FeatureHookNet
 from torch import nn
 
@@ -68,6 +70,9 @@ class Family:
         tiny: builds a tiny model of the family (``3×32×32`` images, 5 classes) for tests.
         timm_name: a model name in timm's registry, for running timm's own model tests on the
             family (``tests/timm_upstream``); ``None`` for a family timm does not register.
+        timm_models: ``fnmatch`` patterns of the timm model names built from this family's
+            classes (``vit_*``), a leading ``!`` excluding (``!vit_relpos_*``: another attention
+            class); :func:`supported_timm_models` reads them.
     """
 
     name: str
@@ -76,6 +81,7 @@ class Family:
     token_entry: EntryFinder
     tiny: Callable[[], nn.Module]
     timm_name: str | None = None
+    timm_models: tuple[str, ...] = ()
 
 
 #: The registered families, by name, in registration order.
@@ -111,6 +117,54 @@ def _collect_adapters() -> None:
 def supported_models() -> str:
     """The model classes with a known token entry, for error messages (``VisionTransformer, …``)."""
     return ", ".join(dict.fromkeys(cls.__name__ for f in FAMILIES.values() for cls in f.models))
+
+
+def supported_attention() -> str:
+    """Each supported attention class once, with the families that use it, for error messages:
+    ``Attention (vit, deit), WindowAttention (swin, davit), …`` (two classes of one name, Swin's
+    and DaViT's ``WindowAttention``, are one entry)."""
+    users: dict[str, list[str]] = {}
+    for family in FAMILIES.values():
+        for cls in family.sites:
+            names = users.setdefault(cls.__qualname__, [])
+            if family.name not in names:
+                names.append(family.name)
+    return ", ".join(f"{cls} ({', '.join(names)})" for cls, names in users.items())
+
+
+def supported_timm_models() -> list[str]:
+    """The names in timm's registry that the registered families' ``timm_models`` patterns match."""
+    import timm
+
+    found = []
+    for name in timm.list_models():
+        for family in FAMILIES.values():
+            patterns = family.timm_models
+            if any(fnmatch(name, p) for p in patterns if not p.startswith("!")) and not any(
+                fnmatch(name, p[1:]) for p in patterns if p.startswith("!")
+            ):
+                found.append(name)
+                break
+    return found
+
+
+def nearest_supported(name: str, tries: int = 5) -> str | None:
+    """The supported timm model whose name is closest to ``name``: a cheap rule, ``difflib``'s
+    ratio between the names (``convnext_tiny`` -> ``davit_tiny``), over
+    :func:`supported_timm_models`. The closest few are built on the meta device (no memory, no
+    weights) and the first with an attention module of a family is the answer, so that a model a
+    later timm adds under a family's pattern with another attention class is never suggested.
+    None where none is found."""
+    import timm
+    import torch
+
+    ranked = sorted(supported_timm_models(), key=lambda c: (-SequenceMatcher(None, name, c).ratio(), c))
+    for candidate in ranked[:tries]:
+        with torch.device("meta"):
+            model = timm.create_model(candidate, pretrained=False)
+        if any(type(m) in ADAPTERS for m in model.modules()):
+            return candidate
+    return None
 
 
 def timm_token_entry(model: nn.Module, where: Where = "block") -> TokenEntry | None:
@@ -211,6 +265,20 @@ def vit_attention_site(name: str, module: Attention) -> AttentionSite:
 
 
 _VIT_SITES: dict[type[nn.Module], SiteBuilder] = {Attention: vit_attention_site}
+#: timm names ``vit_*`` whose attention is another class: rotary (``AttentionRope``), relative
+#: position (``RelPosAttention``), differential (``DiffAttention``) and the ``xp`` and ``pwee``
+#: blocks; found by building every ``vit_*`` model of timm 1.0.31 on the meta device.
+VIT_OTHER_ATTENTION = (
+    "!vit_*rope*",
+    "!vit_*_sapiens2",
+    "!vit_pe_*",
+    "!vit_relpos_*",
+    "!vit_srelpos_*",
+    "!vit_*_xp_*",
+    "!vit_d*wee_*",
+    "!vit_dlittle_*",
+    "!vit_pwee_*",
+)
 _TINY_VIT = dict(img_size=32, patch_size=8, embed_dim=48, depth=2, num_heads=3, num_classes=5)
 
 register_family(
@@ -221,6 +289,7 @@ register_family(
         _vit_entry,
         lambda: vision_transformer.VisionTransformer(**_TINY_VIT),
         "vit_tiny_patch16_224",
+        ("vit_*", *VIT_OTHER_ATTENTION),
     )
 )
 register_family(
@@ -231,6 +300,7 @@ register_family(
         _vit_entry,
         lambda: deit.VisionTransformerDistilled(**_TINY_VIT),
         "deit_tiny_patch16_224",
+        ("deit_*", "deit3_*"),
     )
 )
 register_family(
@@ -249,6 +319,7 @@ register_family(
             num_classes=5,
         ),
         "swin_tiny_patch4_window7_224",
+        ("swin_*",),
     )
 )
 register_family(
@@ -264,6 +335,7 @@ register_family(
             img_size=32, patch_size=8, embed_dim=48, depth=2, num_heads=4, cls_attn_layers=1, num_classes=5
         ),
         "xcit_nano_12_p16_224",
+        ("xcit_*",),
     )
 )
 register_family(
@@ -283,5 +355,85 @@ register_family(
             depths=(1, 1), embed_dims=(16, 32), num_heads=(2, 4), window_size=2, num_classes=5
         ),
         "davit_tiny",
+        ("davit_*",),
+    )
+)
+
+
+def eva_attention_site(name: str, module: eva.EvaAttention) -> AttentionSite:
+    """EVA's attention: one ``qkv`` Linear (EVA-01; its q and v biases are parameters of the module,
+    added by ``F.linear``, the k bias a zero buffer) or ``q_proj``, ``k_proj``, ``v_proj`` (EVA-02).
+    The optional q/k norm and the rotary embedding act on each head's q and k after the
+    projections, so ``W_Q``, ``W_K`` are still the rows the variants condition and the module
+    keeps both unchanged; the optional scale norm (``norm``) sits between the heads and ``proj``,
+    as ViT's, and ``attn_drop`` gets ``P`` on the explicit path."""
+    where = dict(head_output=module.norm, probs=module.attn_drop)
+    if module.qkv is not None:
+        return fused_qkv_site(name, module, module.num_heads, **where)
+    q, k, v = (Projection(lin, 0, lin.out_features) for lin in (module.q_proj, module.k_proj, module.v_proj))
+    return AttentionSite(name, module, module.num_heads, module.head_dim, q, k, v, out=module.proj, **where)
+
+
+# EVA-02: separate q/k/v, q/k norm, rotary embeddings, SwiGLU, the scale norm inside attention.
+# ``head_init_scale=1``: timm's 0.001 makes logits of 1e-4, too small to see what a variant changes.
+_TINY_EVA = dict(
+    img_size=32,
+    patch_size=8,
+    embed_dim=48,
+    depth=2,
+    num_heads=3,
+    num_classes=5,
+    ref_feat_shape=(4, 4),
+    head_init_scale=1.0,
+)
+register_family(
+    Family(
+        "eva",
+        (eva.Eva,),
+        {eva.EvaAttention: eva_attention_site},
+        _vit_entry,  # Eva: patch_embed, then class token and positions, then blocks (rope passed along)
+        lambda: eva.Eva(
+            **_TINY_EVA,
+            qkv_fused=False,
+            qk_norm=True,
+            swiglu_mlp=True,
+            scale_attn_inner=True,
+            use_rot_pos_emb=True,
+        ),
+        "eva02_tiny_patch14_224",
+        ("eva_*", "eva02_*"),
+    )
+)
+# EVA-01's layout: one qkv Linear with q and v biases, absolute positions, no rope.
+register_family(
+    Family(
+        "eva_fused",
+        (eva.Eva,),
+        {eva.EvaAttention: eva_attention_site},
+        _vit_entry,
+        lambda: eva.Eva(**_TINY_EVA, qkv_fused=True, use_rot_pos_emb=True),
+    )
+)
+register_family(
+    Family(
+        "beit",
+        (beit.Beit,),
+        # BEiT's relative position bias is added to the logits before the softmax on both paths
+        {beit.Attention: lambda n, m: fused_qkv_site(n, m, m.num_heads, probs=m.attn_drop)},
+        _vit_entry,  # Beit: patch_embed, then class token and positions, then blocks
+        lambda: beit.Beit(
+            img_size=32,
+            patch_size=8,
+            embed_dim=48,
+            depth=2,
+            num_heads=3,
+            num_classes=5,
+            use_abs_pos_emb=False,
+            use_rel_pos_bias=True,
+            init_values=0.1,
+            head_init_scale=1.0,
+        ),
+        "beit_base_patch16_224",
+        ("beit_*", "beitv2_*"),
     )
 )

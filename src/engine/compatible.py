@@ -15,6 +15,11 @@ CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 def check_compatible(cfg: DictConfig) -> None:
     """Fail before any work when the backbone cannot serve the task, naming both sides."""
     task, backbone = cfg.task, cfg.backbone
+    if OmegaConf.is_missing(backbone, "name"):
+        raise ConfigError(
+            "backbone.name is not set: backbone=timm builds a timm model by its name, e.g. "
+            "backbone=timm backbone.name=vit_tiny_patch16_224 (every name: timm.list_models())"
+        )
     reason = None
     if backbone.kind != task.input:
         reason = f"it takes {backbone.kind} inputs and the task gives {task.input} inputs"
@@ -43,10 +48,13 @@ def part_names(attn: DictConfig) -> list[str]:
 
 
 def compatible_backbones(task: DictConfig) -> list[str]:
-    """The names of the ``conf/backbone`` files that can serve ``task``."""
+    """The names of the ``conf/backbone`` files that can serve ``task`` as they are: not
+    ``timm.yaml``, which needs a model's name (``backbone=timm backbone.name=…``)."""
     names = []
     for path in sorted((CONF_DIR / "backbone").glob("*.yaml")):
         b = OmegaConf.load(path)
+        if OmegaConf.is_missing(b, "name"):
+            continue
         if b.kind == task.input and (task.input != "image" or task.img_size >= b.min_img_size):
             names.append(path.stem)
     return names

@@ -9,7 +9,7 @@ from conftest import tiny_model
 from src import attention
 
 
-@pytest.mark.parametrize("family", ["vit", "swin", "xcit", "davit"])
+@pytest.mark.parametrize("family", ["vit", "swin", "xcit", "davit", "eva", "eva_fused", "beit"])
 def test_query_and_key_heads_are_semi_orthogonal_and_distinct(family):
     model = attention.apply(tiny_model(family), "cond_init")
     for site in attention.find_sites(model):

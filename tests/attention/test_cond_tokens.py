@@ -215,8 +215,12 @@ def test_scales_return_to_plain_newton_schulz():
 # form is checked where X has full rank.
 @pytest.mark.parametrize(
     "family, method",
-    [(f, m) for f in ("vit", "deit", "swin", "xcit", "davit") for m in ("regularized", "svd")]
-    + [(f, "polar") for f in ("vit", "deit", "xcit")],
+    [
+        (f, m)
+        for f in ("vit", "deit", "swin", "xcit", "davit", "eva", "eva_fused", "beit")
+        for m in ("regularized", "svd")
+    ]
+    + [(f, "polar") for f in ("vit", "deit", "xcit", "eva", "eva_fused", "beit")],
 )
 def test_the_first_layer_receives_conditioned_tokens(family, method, images):
     before = ConditioningMonitor(tiny_model(family), nonzero_rtol=1e-5)(images)["kappa/tokens/max"]
@@ -289,7 +293,9 @@ def entry_tokens(model: torch.nn.Module, where: str, images: torch.Tensor | tupl
 
 
 @pytest.mark.parametrize("where", ["embed", "block"])
-@pytest.mark.parametrize("family", ["vit", "vit-nhwc", "deit", "swin", "xcit", "davit"])
+@pytest.mark.parametrize(
+    "family", ["vit", "vit-nhwc", "deit", "swin", "xcit", "davit", "eva", "eva_fused", "beit"]
+)
 def test_where_puts_the_correction_where_it_says(family, where, images):
     """Patch embeddings (NHWC for the dynamic ViT, a tuple's element 0 for XCiT, NCHW for
     DaViT) or the first block's input get ``X + C(X)``, ``X`` the standard model's tokens there."""

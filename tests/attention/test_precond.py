@@ -12,21 +12,22 @@ from src import attention
 
 
 def head_outputs(model, images):
-    """``{site name: (…, H, d)}``: what each output projection receives, split by head."""
+    """``{site name: (…, H, d)}``: what each site's ``head_output`` receives, split by head: the
+    output projection, or the scale norm before it (EVA-02's ``scale_attn_inner``)."""
     seen, handles = {}, []
 
     def keep(site, args):
         seen.setdefault(site.name, args[0].unflatten(-1, (site.num_heads, -1)))
 
     for site in attention.find_sites(model):
-        handles.append(site.out.register_forward_pre_hook(lambda m, a, s=site: keep(s, a)))
+        handles.append(site.head_output.register_forward_pre_hook(lambda m, a, s=site: keep(s, a)))
     model(images)
     for h in handles:
         h.remove()
     return seen
 
 
-@pytest.mark.parametrize("family", ["vit", "swin", "xcit", "davit"])
+@pytest.mark.parametrize("family", ["vit", "swin", "xcit", "davit", "eva", "eva_fused", "beit"])
 def test_every_head_output_row_has_unit_norm_before_projection(family, images):
     # Rows have norm ‖A_i‖/(‖A_i‖ + eps); at init ‖A_i‖ is 1e-3 to 1e-1, so take eps out of the way.
     model = attention.apply(tiny_model(family), "precond", eps=1e-10)

@@ -33,7 +33,7 @@ def test_exact_correction_bounds_kappa_by_two(weights):
     assert kappa(w + spectral_shift(w)).max() <= 2 + 1e-6
 
 
-@pytest.mark.parametrize("family", ["vit", "swin", "xcit", "davit"])
+@pytest.mark.parametrize("family", ["vit", "swin", "xcit", "davit", "eva", "eva_fused", "beit"])
 def test_svd_mode_bounds_every_effective_head_weight(family):
     monitor = ConditioningMonitor(attention.apply(tiny_model(family), "spectral", mode="svd", targets="qkv"))
     weights = monitor.weights()
