@@ -61,6 +61,8 @@ CLASSES = {
         ("patch_size", "embed_dim", "depth", "num_heads"),
     ),
 }
+#: The target of ``backbone=timm`` (:mod:`src.models.timm_named`): its ``name`` is timm's.
+NAMED = "src.models.timm_named.create"
 #: Keys of a ``timm.create_model`` backbone that are not the architecture's arguments.
 NOT_ARGS = {"_target_", "_convert_", "model_name", "pretrained", "pretrained_cfg", "pretrained_cfg_overlay"}
 #: How far the exported model's logits may be from the run's (fp32, one batch).
@@ -89,6 +91,12 @@ def architecture(cfg: DictConfig) -> tuple[str, dict[str, Any]]:
     if target == "timm.create_model":
         args = {k: v for k, v in OmegaConf.to_container(model, resolve=True).items() if k not in NOT_ARGS}
         return str(model.model_name), args
+    if target == NAMED:  # backbone=timm backbone.name=…: img_size only where the model takes one
+        args = {k: v for k, v in OmegaConf.to_container(model, resolve=True).items() if k not in NOT_ARGS}
+        arch = str(args.pop("name"))
+        if args.get("img_size") is not None and not takes_img_size(arch, args):
+            del args["img_size"]
+        return arch, {k: v for k, v in args.items() if v is not None}
     if target in CLASSES:
         arch, implied = CLASSES[target]
         args = {k: v for k, v in OmegaConf.to_container(model, resolve=True).items() if k not in NOT_ARGS}
@@ -97,9 +105,25 @@ def architecture(cfg: DictConfig) -> tuple[str, dict[str, Any]]:
     kind = "timm class" if str(target).startswith("timm.") else "the suite's own model"
     raise ExportError(
         f"backbone {name} builds {target} ({kind}), which timm.create_model cannot build: python -m "
-        "src.export exports timm backbones (_target_: timm.create_model, or timm's VisionTransformer as "
-        "vit_digits builds it); the run's weights are in its checkpoints/*.pt"
+        "src.export exports timm backbones (_target_: timm.create_model, backbone=timm, or timm's "
+        "VisionTransformer as vit_digits builds it); the run's weights are in its checkpoints/*.pt"
     )
+
+
+def takes_img_size(arch: str, args: dict[str, Any]) -> bool:
+    """Whether ``timm.create_model(arch, **args)`` accepts ``img_size`` (built on the meta device:
+    no weights), as :func:`src.models.timm_named.create` decided when the run was built."""
+    import timm
+    import torch
+
+    try:
+        with torch.device("meta"):
+            timm.create_model(arch, pretrained=False, **args)
+    except TypeError as e:
+        if "img_size" in str(e):
+            return False
+        raise
+    return True
 
 
 def fixed(module: nn.Module, name: str) -> bool:

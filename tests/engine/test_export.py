@@ -30,9 +30,17 @@ QUICK = ["trainer.monitor_every=0", "trainer.threads=1", "trainer.eval_batches=1
 #: every conf/attn file, and spectral's svd mode (recomputed each forward: not foldable)
 VARIANTS = {p.stem: [f"attn={p.stem}"] for p in sorted((ROOT / "conf" / "attn").glob("*.yaml"))}
 VARIANTS["spectral_svd"] = ["attn=spectral", "attn.mode=svd"]
+#: a timm model by name (backbone=timm), with cond_init: exported under that name
+VARIANTS["timm_named"] = [
+    "attn=cond_init",
+    "backbone=timm",
+    "backbone.name=vit_tiny_patch16_224",
+    "+backbone.model.patch_size=2",
+    "+backbone.model.depth=1",
+]
 #: the variants whose export is a plain timm model (weights only; spectral identity folded;
 #: compose's default is cond_init then spectral identity)
-PLAIN = {"standard", "cond_init", "mimetic", "spectral", "compose"}
+PLAIN = {"standard", "cond_init", "mimetic", "spectral", "compose", "timm_named"}
 
 
 @pytest.fixture(scope="module")
@@ -91,6 +99,8 @@ def test_the_exported_model_gives_the_runs_logits(runs, capsys, variant):
         expected, got = model(images), loaded(images)
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
     assert f"local-dir:{folder}" in out or "src.export.load" in out
+    if variant == "timm_named":
+        assert config["architecture"] == "vit_tiny_patch16_224" and config["model_args"]["patch_size"] == 2
 
 
 def test_a_plain_export_loads_by_its_name_with_the_file_overlaid(runs, capsys):
