@@ -67,6 +67,7 @@ from .results import (
 from .settle import STATE, Plan, read_plan
 from .stats import Levels
 from .to_wandb import send_comparisons
+from .verdict_row import lines
 from .verdicts import Verdict, claims_section, effects, effects_section, is_baseline, verdicts
 
 
@@ -360,6 +361,11 @@ def command_line() -> argparse.ArgumentParser:
         help="add each compared experiment's effect, interval, n and verdict to its runs' W&B summaries "
         "(vs/<baseline>/…; runs that logged to W&B, resumed by their id)",
     )
+    parser.add_argument(
+        "--print",
+        action="store_true",
+        help="print the whole report.md (default: one line per comparison, then where the report is)",
+    )
     return parser
 
 
@@ -384,7 +390,7 @@ def write_report(args: argparse.Namespace) -> None:
         print(
             f"W&B: comparisons added to {sent} runs' summaries ({without} without a W&B run)", file=sys.stderr
         )
-    print(text)
+    print(text if args.print else lines(compared))
     say_written(out, runs, plots)
 
 

@@ -176,6 +176,18 @@ def row(v: Verdict, columns: Sequence[str]) -> str:
     return f"| {cells(v, columns)} |"
 
 
+def lines(compared: Sequence[Verdict]) -> str:
+    """The comparisons (rows without a claim) one line each, as ``launch.analysis.report`` prints
+    them: task, what against what, effect [95% interval], n and the verdict with Holm's adjustment."""
+    shown = [
+        f"{v.task} · {v.variant} vs {v.baseline_label or 'standard'}: {_effect(v)} {v.metric}, n={v.n}, "
+        f"{v.adjusted or v.verdict}"
+        for v in compared
+        if v.claim is None
+    ]
+    return "\n".join(shown) or "no comparisons: no row has a baseline run of the same setting and seeds"
+
+
 def cells(v: Verdict, columns: Sequence[str]) -> str:
     """``v``'s cells of ``columns``, joined as a table row's inside."""
     return " | ".join(COLUMNS[c](v) for c in columns)

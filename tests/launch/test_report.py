@@ -501,3 +501,23 @@ def test_the_examples_option_counts_an_evaluation_set_in_every_interval_of_its_t
     capsys.readouterr()
     assert report.main([str(paired_root), "--examples", "imagenet=0"]) == 2
     assert one_error_line(capsys.readouterr().err).startswith("error: --examples imagenet=0: give TASK=N")
+
+
+def test_the_command_prints_one_line_per_comparison_and_the_whole_report_on_request(paired_root, capsys):
+    """stdout: each comparison's line (its effect and interval as results.csv holds them), not the
+    whole report.md, which ``--print`` prints as written."""
+    import csv
+
+    out = paired_root / "out"
+    assert report.main([str(paired_root), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    with open(out / "results.csv", newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["effect"]]
+    assert len(printed) == len(rows) == 2  # cond_init and precond against standard
+    for row in rows:
+        (line,) = [p for p in printed if f" · {row['attn']} vs standard: " in p]
+        assert f"{100 * float(row['effect']):+.2f}" in line.replace("−", "-")
+        assert f"n={row['n_paired']}" in line
+        assert line.endswith(row["verdict_holm"])
+    assert report.main([str(paired_root), "--out", str(out), "--print"]) == 0
+    assert capsys.readouterr().out == (out / "report.md").read_text() + "\n"
