@@ -167,7 +167,7 @@ def recipe(images: int, gpu: bool, cpus: int) -> Recipe:
     """The recipe for ``images`` training images on a GPU (``gpu``) or a CPU with ``cpus`` usable CPUs.
 
     * batch: the power of two nearest below ``images / 16`` (at least 16 steps an epoch), within
-      [16, 128];
+      [16, 128], and no more than the images;
     * epochs: about 100,000 images seen, within [10, 300] (300: DeiT's), warm-up a 20th of them;
     * augmentation: the tier of :data:`TIERS` the images reach: light under 5,000 (crop and flip),
       RandAugment m7 with a little erasing and mixup up to 100,000, DeiT's from there;
@@ -179,7 +179,7 @@ def recipe(images: int, gpu: bool, cpus: int) -> Recipe:
     another node, a CPU check of a GPU run) is the same run and resumes it."""
     if images < 1:
         raise ValueError(f"recipe: {images} images")
-    batch = min(max(2 ** int(math.log2(max(images / 16, 1))), 16), 128)
+    batch = min(max(2 ** int(math.log2(max(images / 16, 1))), 16), 128, 2 ** int(math.log2(images)))
     epochs = min(max(round(100_000 / images), 10), 300)
     _, auto_augment, re_prob, mixup, cutmix = [t for t in TIERS if images >= t[0]][-1]
     workers = 0 if images < 1_000 else min(8 if gpu else 2, max(cpus - 1, 0))
