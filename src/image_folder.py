@@ -198,17 +198,16 @@ def has_gpu(device: str) -> bool:
     return visible not in ("", "-1") and os.path.exists("/dev/nvidia0")
 
 
-def resolve(key: str, data_dir: str | None, device: str = "auto") -> object:
-    """``${image_folder:KEY,${task.data_dir},${trainer.device}}``: ``num_classes``, ``images``
-    (training images before a split) or a :class:`Recipe` field, for the folder."""
+def resolve(key: str, data_dir: str | None, device: str = "auto", cpus: int = 1) -> object:
+    """``${image_folder:KEY,${task.data_dir},${trainer.device}}`` (:mod:`src.resolvers` adds the usable
+    ``cpus``): ``num_classes``, ``images`` (training images before a split) or a :class:`Recipe`
+    field, for the folder."""
     found = scan(data_dir)
     if key == "num_classes":
         return len(found.classes)
     if key == "images":
         return found.images
-    from src.resolvers import usable_cpus
-
-    sized = asdict(recipe(found.images, has_gpu(device), usable_cpus()))
+    sized = asdict(recipe(found.images, has_gpu(device), cpus))
     if key not in sized:
         raise KeyError(f"image_folder: no key {key!r} (num_classes, images, {', '.join(sized)})")
     return sized[key]

@@ -157,6 +157,12 @@ def slurm_timeouts(time_min: int, attempt: int, signal_delay_s: int) -> int:
     return timeouts_allowed(time_min, attempt, signal_delay_s)
 
 
+def image_folder_value(key: str, data_dir: str | None, device: str = "auto") -> object:
+    """``${image_folder:KEY,${task.data_dir}[,${trainer.device}]}``: :func:`src.image_folder.resolve`
+    with this process's usable CPUs (which size the workers)."""
+    return image_folder.resolve(key, data_dir, device, usable_cpus())
+
+
 def patch_grid_size(patch_size: int | None) -> int:
     """The image side at which a backbone of ``patch_size`` sees 14 × 14 patches, as ViT-B/16 does at
     its 224 px (``task=imagefolder``'s ``img_size``: the backbone's, not the data's); 224 for a
@@ -171,6 +177,6 @@ OmegaConf.register_new_resolver("pretrained_by", pretrained_by, replace=True)
 OmegaConf.register_new_resolver("attn_parts", attn_parts, replace=True)
 OmegaConf.register_new_resolver("slurm_attempt_min", slurm_attempt_min, replace=True)
 OmegaConf.register_new_resolver("slurm_timeouts", slurm_timeouts, replace=True)
-OmegaConf.register_new_resolver("image_folder", image_folder.resolve, replace=True)
+OmegaConf.register_new_resolver("image_folder", image_folder_value, replace=True)
 OmegaConf.register_new_resolver("image_folder_label", image_folder.label, replace=True)
 OmegaConf.register_new_resolver("patch_grid_size", patch_grid_size, replace=True)
