@@ -19,9 +19,11 @@ class DataError(SuiteError):
 
 
 def user_error(error: BaseException | None) -> SuiteError | None:
-    """The :class:`SuiteError` behind ``error`` (Hydra's instantiate wraps what targets raise)."""
+    """The :class:`SuiteError` behind ``error`` (Hydra's instantiate wraps what targets raise; OmegaConf
+    raises its own error while handling what a resolver raised, ``${image_folder:…}``'s)."""
     while error is not None and not isinstance(error, SuiteError):
-        error = error.__cause__
+        resolving = type(error).__name__ == "InterpolationResolutionError"
+        error = error.__cause__ or (error.__context__ if resolving else None)
     return error
 
 

@@ -21,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from src.cli import CONF, config_dirs, is_override
 from src.configs import compose, loader
-from src.errors import ConfigError
+from src.errors import ConfigError, user_error
 
 #: Groups whose keys are all declared (the trainer's structured schema, src/engine/schema.py): a new
 #: key there is read by nobody. Other groups (task, backbone, attn, …) pass their options to code
@@ -230,8 +230,10 @@ def check_run(cfg: DictConfig) -> None:
             check(cfg)
         except ConfigError:
             raise
-        except Exception:  # noqa: BLE001  an interpolation only a run resolves: the run checks again
-            pass
+        except Exception as e:  # noqa: BLE001  an interpolation only a run resolves: the run checks again
+            cause = user_error(e)  # ... unless it failed on the user's input (a missing image folder)
+            if cause is not None:
+                raise ConfigError(str(cause)) from None
     if OmegaConf.select(cfg, "backbone.model._target_", default=None) == TIMM_BY_NAME:
         from src.models.timm_named import check_name  # imports timm: only for a timm model by name
 

@@ -1,5 +1,6 @@
 """OmegaConf resolvers the configs use: ``${cpus_at_most:4}``, ``${at_least:1,…}``, ``${run_folder:…}``,
-``${pretrained_by:…}``, ``${attn_parts:…}``, ``${slurm_attempt_min:…}``, ``${slurm_timeouts:…}``.
+``${pretrained_by:…}``, ``${attn_parts:…}``, ``${slurm_attempt_min:…}``, ``${slurm_timeouts:…}``,
+``${image_folder:…}`` and ``${patch_grid_size:…}`` (``task=imagefolder``).
 
 Importing this module registers them. ``src/run.py`` imports it (so do the SLURM jobs, which
 unpickle ``src.run.main``), and so does ``src/engine/schema.py``, which every composition of the
@@ -14,6 +15,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from omegaconf import OmegaConf
+
+from src import image_folder
 
 #: Longest run-folder name kept as it is; file systems refuse names over 255 bytes.
 MAX_FOLDER_BYTES = 200
@@ -154,6 +157,19 @@ def slurm_timeouts(time_min: int, attempt: int, signal_delay_s: int) -> int:
     return timeouts_allowed(time_min, attempt, signal_delay_s)
 
 
+def image_folder_value(key: str, data_dir: str | None, device: str = "auto") -> object:
+    """``${image_folder:KEY,${task.data_dir}[,${trainer.device}]}``: :func:`src.image_folder.resolve`
+    with this process's usable CPUs (which size the workers)."""
+    return image_folder.resolve(key, data_dir, device, usable_cpus())
+
+
+def patch_grid_size(patch_size: int | None) -> int:
+    """The image side at which a backbone of ``patch_size`` sees 14 × 14 patches, as ViT-B/16 does at
+    its 224 px (``task=imagefolder``'s ``img_size``: the backbone's, not the data's); 224 for a
+    backbone that states no patch size (``${oc.select:backbone.model.patch_size,null}``)."""
+    return 14 * int(patch_size or 16)
+
+
 OmegaConf.register_new_resolver("cpus_at_most", cpus_at_most, replace=True)
 OmegaConf.register_new_resolver("at_least", at_least, replace=True)
 OmegaConf.register_new_resolver("run_folder", run_folder, replace=True)
@@ -161,3 +177,6 @@ OmegaConf.register_new_resolver("pretrained_by", pretrained_by, replace=True)
 OmegaConf.register_new_resolver("attn_parts", attn_parts, replace=True)
 OmegaConf.register_new_resolver("slurm_attempt_min", slurm_attempt_min, replace=True)
 OmegaConf.register_new_resolver("slurm_timeouts", slurm_timeouts, replace=True)
+OmegaConf.register_new_resolver("image_folder", image_folder_value, replace=True)
+OmegaConf.register_new_resolver("image_folder_label", image_folder.label, replace=True)
+OmegaConf.register_new_resolver("patch_grid_size", patch_grid_size, replace=True)

@@ -1,4 +1,5 @@
-"""Image classification: the embedded digits task and ImageNet with the DeiT recipe.
+"""Image classification: the embedded digits task, ImageNet with the DeiT recipe, and your own
+ImageFolder with a recipe sized to it (:class:`ImageFolderTask`, ``task=imagefolder``).
 
 Both train a timm backbone (``backbone.model``) with cross-entropy and report top-1
 accuracy as ``val/acc`` (the main metric) and the loss as ``val/loss``. ImageNet's images leave
@@ -9,6 +10,7 @@ posterize made safe for Pillow ≥ 13 (:func:`safe_augment`).
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +23,11 @@ from timm.loss import LabelSmoothingCrossEntropy, SoftTargetCrossEntropy
 from torch import Tensor, nn
 from torch.utils.data import Dataset, TensorDataset
 
+from src import image_folder
 from src.engine.task import ClassificationTask
 from src.errors import ConfigError, DataError
+
+log = logging.getLogger(__name__)
 
 
 class ImageClassification(ClassificationTask):
@@ -131,7 +136,7 @@ class Digits(ImageClassification):
         return self.splits()[split]
 
 
-IMAGE_SUFFIXES = {".jpeg", ".jpg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp"}
+IMAGE_SUFFIXES = image_folder.IMAGE_SUFFIXES
 
 
 class ImageNet(ImageClassification):
@@ -210,6 +215,103 @@ class ImageNet(ImageClassification):
                 erasing = RandomErasing(prob, mode=mode, max_count=count, device=device)
             self._normalise[device] = (mean, std, erasing)
         return self._normalise[device]
+
+
+class ImageFiles(Dataset):
+    """``(transform(image), label)`` for a list of ``(path, label)`` samples."""
+
+    def __init__(self, samples: list[tuple[str, int]], transform: Any) -> None:
+        self.samples, self.transform = samples, transform
+        self.targets = [label for _, label in samples]
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int) -> tuple[Tensor, int]:
+        path, label = self.samples[index]
+        return self.transform(read_image(path)), label
+
+
+class ImageFolderTask(ImageNet):
+    """Your own ImageFolder, ``data_dir/train/<class>/<image>`` and ``data_dir/val/…`` where it exists
+    (:mod:`src.image_folder`: the scan, the label, the recipe sized to it), trained as :class:`ImageNet`
+    is (timm's transforms, uint8 to the device, normalised there). Without ``val/``, a stratified
+    ``val_fraction`` of ``train/`` validates, drawn with ``split_seed`` alone
+    (:func:`src.image_folder.split`), so every run seed trains and validates on the same images.
+    ``summary.json``'s ``statistics`` say which split it was (:meth:`statistics`); the log says it
+    as the data is read."""
+
+    train_size = None  # read from the folder, not fixed (ImageNet's 1,281,167)
+
+    def __init__(
+        self, data_dir: str | None = None, val_fraction: float = 0.2, split_seed: int = 0, **kwargs: Any
+    ) -> None:
+        mixup = kwargs.pop("mixup", None)
+        if mixup and not (mixup.get("mixup_alpha") or mixup.get("cutmix_alpha")):
+            mixup = None  # both alphas 0: no mixing (timm's Mixup refuses it)
+        super().__init__(folder="", mixup=mixup, **kwargs)
+        self.data_dir, self.val_fraction, self.split_seed = data_dir, val_fraction, split_seed
+        self.split_statement: dict[str, Any] | None = None
+
+    def samples(self) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
+        """``(train, val)`` as ``(path, label)`` lists; sets :attr:`split_statement`."""
+        found = image_folder.scan(self.data_dir)
+        if len(found.classes) != self.num_classes:
+            raise DataError(
+                f"{found.root}: {len(found.classes)} class folders but task.num_classes={self.num_classes} "
+                "(leave num_classes to the folder)"
+            )
+        if found.val is None:
+            train, val = image_folder.split(found.train, self.val_fraction, self.split_seed)
+            source = f"a stratified {self.val_fraction:g} of train/, split seed {self.split_seed}"
+            val_dir = "train"
+        else:
+            train, val, source, val_dir = found.train, found.val, "val/", "val"
+
+        def listed(split: str, files: Any) -> list[tuple[str, int]]:
+            root = found.root / split
+            return [(str(root / c / f), i) for i, c in enumerate(found.classes) for f in files[i]]
+
+        self.split_statement = {
+            "val_from": source,
+            "classes": list(found.classes),
+            "train_per_class": [len(f) for f in train],
+            "val_per_class": [len(f) for f in val],
+            "val_files": files_digest(
+                [f"{c}/{f}" for c, names in zip(found.classes, val, strict=True) for f in names]
+            ),
+        }
+        return listed("train", train), listed(val_dir, val)
+
+    def datasets(self, data_dir: Path) -> tuple[Dataset, Dataset]:
+        """The folder's ``(train, val)`` (``data_dir``, the suite's data root, is not read: the folder
+        is ``task.data_dir``)."""
+        train, val = self.samples()
+        statement = self.split_statement
+        log.info(
+            "%s: %d classes, %d training and %d validation images; validation: %s",
+            self.name,
+            len(statement["classes"]),
+            len(train),
+            len(val),
+            statement["val_from"],
+        )
+        train_transform, val_transform = self.transforms()
+        return ImageFiles(train, train_transform), ImageFiles(val, val_transform)
+
+    def statistics(self, run_dir: Path) -> dict[str, Any] | None:
+        """The split it trained on, for ``summary.json``: where validation came from, the classes,
+        the images per class in each split and a digest of the validation files' names."""
+        if self.split_statement is None:
+            self.samples()
+        return {"split": self.split_statement}
+
+
+def files_digest(names: list[str]) -> str:
+    """A short digest of a list of file names (sorted): equal for the same validation images."""
+    import hashlib
+
+    return hashlib.sha256("\n".join(sorted(names)).encode()).hexdigest()[:16]
 
 
 def posterize(img: Image.Image, bits_to_keep: int, **_: Any) -> Image.Image:

@@ -70,19 +70,31 @@ def slurm_answers() -> bool:
     return subprocess.run(["sinfo"], capture_output=True, timeout=30).returncode == 0
 
 
-def test_the_readme_lists_the_four_used_by_commands():
+def test_the_readme_lists_the_five_used_by_commands():
     commands = used_by_commands()
     assert [c for c in commands if "task=coco" in c] == ["python -m src.run task=coco attn=precond"]
     assert any("src.run -m" in c and "hydra/launcher=slurm" in c for c in commands)
     assert any("launch.analysis.dashboard" in c for c in commands)
     assert any(c.startswith("python -m launch.ask ") for c in commands)
-    assert len(commands) == 4, f"a used-by command without a test here: {commands}"
+    assert [c for c in commands if "task=imagefolder" in c] == [
+        "python -m src.run task=imagefolder task.data_dir=my_photos"
+    ]
+    assert len(commands) == 5, f"a used-by command without a test here: {commands}"
     assert all(c.startswith("python -m ") for c in commands)  # the activated shell's python
     assert activation() == "source .venv/bin/activate"  # make install's venv (Makefile: VENV)
 
 
 def command(part: str) -> str:
     return next(c for c in used_by_commands() if part in c)
+
+
+def test_imagefolder_names_the_folder_it_wants_and_trains_on_one(tmp_path):
+    """Without ``my_photos/``: one line naming ``my_photos/train`` and the layout. The command itself
+    is trained in tests/tasks/test_image_folder.py (on a folder of real-size JPEGs)."""
+    line = one_line(run(command("task=imagefolder"), tmp_path, {}))
+    assert f"missing folder {tmp_path.resolve() / 'my_photos' / 'train'}" in line
+    assert "my_photos/train/<class>/<image>" in line
+    assert not (tmp_path / "outputs").exists()
 
 
 def test_coco_names_the_detection_extra_or_the_coco_files_it_wants(tmp_path):

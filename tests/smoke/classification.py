@@ -1,4 +1,4 @@
-"""Digits needs no data (scikit-learn ships it); ImageNet gets a generated ImageFolder."""
+"""Digits needs no data (scikit-learn ships it); ImageNet and imagefolder get a generated ImageFolder."""
 
 from __future__ import annotations
 
@@ -17,7 +17,13 @@ TINY_IMAGENET = [
     "trainer.num_workers=0",
 ]
 
-OVERRIDES = {"digits": [], "imagenet": TINY_IMAGENET}
+#: task=imagefolder on the same folder (train/ and val/), its recipe sized to it (12 images: batch 8)
+TINY_IMAGEFOLDER = ["task.data_dir=${paths.data_dir}/imagenet", "task.eval_batch_size=4"]
+
+OVERRIDES = {"digits": [], "imagenet": TINY_IMAGENET, "imagefolder": TINY_IMAGEFOLDER}
+#: full-size backbones build and step on the meta device in ImageNet's configuration; on the others
+#: (imagefolder: its recipe reads a folder) they compose
+FULL_SIZE_STEPS_ON = ["imagenet"]
 
 #: the full-size backbones' one real step: ViT-B/16 on the tiny ImageFolder, the DeiT recipe
 FULL_SIZE_STEP = "paper/imagenet"

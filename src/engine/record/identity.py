@@ -40,7 +40,8 @@ A run resumed across one of them is still one run, but no longer bit-identical t
 one.
 
 ``paths.data_dir`` changes the *meaning* (another data set under the same folder name): it joins
-the identity, as an absolute path, although it stays out of the folder's name.
+the identity, as an absolute path, although it stays out of the folder's name. So does
+``task.data_dir`` (``task=imagefolder``'s folder, whose name alone is in the run folder's path).
 
 The data a run generates or tokenises (token caches, tokenizers and vocabularies trained here, the
 generated ListOps, ``glue_tiny``, COCO shapes) joins it too, by content: ``data`` (:data:`DATA`, a
@@ -131,9 +132,10 @@ class Identity:
             config[DATA] = {str(k): str(v) for k, v in sorted(data.items())}
         for key in EXCLUDED:
             _drop(config, key.split("."))
-        data_dir = (config.get("paths") or {}).get("data_dir")
-        if data_dir is not None:
-            config["paths"]["data_dir"] = os.path.abspath(str(data_dir))
+        for group in ("paths", "task"):  # task.data_dir: task=imagefolder's own folder
+            data_dir = (config.get(group) or {}).get("data_dir")
+            if data_dir is not None:
+                config[group]["data_dir"] = os.path.abspath(str(data_dir))
         return cls(_without_nulls(config))
 
     def without(self, *keys: str) -> Identity:
