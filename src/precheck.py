@@ -111,11 +111,32 @@ def refuse_multirun_cfg(args: list[str], multirun: bool) -> None:
     """Hydra cannot print a sweep's config (``-m … --cfg job`` is its traceback): say what can."""
     if not multirun or not ({"--cfg", "-c"} & set(args) or any(a.startswith("--cfg=") for a in args)):
         return
-    rest = " ".join(a for a in args if a not in ("-m", "--multirun"))
+    first = first_job(args)
+    shown = f" (python -m src.run {' '.join(first)})" if first is not None else ""
     raise ConfigError(
-        "--cfg prints one job's config, not a sweep's: drop -m to see the first job's "
-        f"(python -m src.run {rest}), or name one value of each swept option"
+        f"--cfg prints one job's config, not a sweep's: drop -m and name one value of each swept option "
+        f"to see a job's{shown}"
     )
+
+
+def first_job(args: list[str]) -> list[str] | None:
+    """The sweep's first job as a command line (``-m`` dropped, each swept option at its first
+    value: ``attn=a,b`` → ``attn=a``, ``seed=range(0,3)`` → ``seed=0``); None where a sweep's first
+    value needs the config groups' listing (``glob(…)``)."""
+    job = []
+    for arg in args:
+        if arg in ("-m", "--multirun"):
+            continue
+        parsed = parse([arg]) if "=" in arg and not arg.startswith("-") else None
+        if not parsed or not parsed[0].is_sweep_override():
+            job.append(arg)
+            continue
+        try:
+            value = next(iter(parsed[0].sweep_string_iterator()))
+        except Exception:  # noqa: BLE001  glob(…) and interval sweeps have no list of their own
+            return None
+        job.append(f"{parsed[0].get_key_element()}={value}")
+    return job
 
 
 def parse(overrides: list[str]) -> list[Any] | None:

@@ -267,6 +267,10 @@ def refused_torch_free(args: list[str], tmp_path: Path, pythonpath: str = "") ->
         (["+trainer.max_step=5"], "did you mean trainer.max_steps?"),
         (["trainer.max_step=5"], "did you mean trainer.max_steps?"),
         (["-m", "experiment=glue_tiny", "--cfg", "job"], "drop -m"),
+        (
+            ["-m", "attn=precond,standard", "seed=range(3,6)", "--cfg", "job"],
+            "attn=precond seed=3 --cfg job)",  # the first job, a command that runs
+        ),
         (["attn=precond", "reading=spectral_qk"], "reading=spectral_qk alone, or attn=precond alone"),
         (["task=digits", "backbone=gpt_micro"], "are incompatible"),
         (["trainer.clip_grad=-1"], "trainer.clip_grad=-1.0 must be greater than 0"),
