@@ -317,3 +317,27 @@ def test_a_key_of_an_experiment_file_points_at_it():
     with pytest.raises(ConfigError, match=command):
         precheck.precheck(["task=modadd", "backbone=sandbox", "optim.mlp_lr_discount=4"])
     precheck.precheck(command.split())
+
+
+@pytest.mark.parametrize(
+    "arg, pointer",
+    [
+        (
+            "trainer=gpu",
+            "trainer=gpu: no such option in conf/trainer; the device is an option, not a trainer "
+            "config: trainer.device=cuda",
+        ),
+        ("ckpt_path=outputs/x/last.ckpt", "resuming is automatic: rerun the same command"),
+        ("lr=0.1", "lr=0.1: no config has this key; the learning rate is optim.lr=…"),
+        ("epochs=3", "epochs=3: no config has this key; the run's length is trainer.max_epochs=…"),
+        (
+            "trainer.amp=true",
+            "trainer.amp=true: no config has this key; mixed precision is trainer.precision=bf16",
+        ),
+    ],
+)
+def test_other_tools_words_point_to_the_suites_way(arg, pointer, tmp_path):
+    """Lightning's and timm's words get the suite's way in one line (exit 2, before torch), not a
+    generic refusal or a wrong near spelling (``trainer.amp``: ``trainer.ema``)."""
+    line = refused_torch_free([arg], tmp_path)
+    assert pointer in line and "did you mean" not in line, line
