@@ -41,7 +41,10 @@ def test_start_and_end_lines_say_what_trains_what_it_reached_and_where(tmp_path,
     assert " · seed 0 · fresh · " in start and start.endswith(str(tmp_path / "run"))
     metric, best = summary["metric"], summary["best"]
     assert f"{metric} {summary['final'][metric]:.4f} (best {best[metric]:.4f} at step {best['step']})" in end
-    assert f"{summary['steps']} steps" in end and end.endswith(str(tmp_path / "run" / "summary.json"))
+    assert f"{summary['steps']} steps" in end
+    assert end.endswith(
+        f"{tmp_path / 'run'}: summary.json, eval-test.json, checkpoints/best.pt"
+    )  # what it made
 
 
 def test_a_resumed_run_names_its_step_and_a_complete_one_says_how_to_start_over(
