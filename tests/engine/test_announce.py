@@ -97,7 +97,10 @@ def test_a_job_log_and_a_multirun_say_it_all_without_a_terminal(tmp_path):
         assert "] - train digits · vit_digits · " in log_lines[0]
         assert any("digits step 20/20 (100%)" in line for line in log_lines)
         took = f"0:{round(summary['wall_s']):02d}"
-        assert log_lines[-1].endswith(f"· 20 steps in {took} · {summary_path.relative_to(tmp_path)}")
+        folder = summary_path.parent.relative_to(tmp_path)
+        assert log_lines[-1].endswith(
+            f"· 20 steps in {took} · {folder}: summary.json, eval-test.json, checkpoints/best.pt"
+        )
     # a second multirun into the same folder, its job in a submitit process (as on SLURM): its own run
     again = ["-m", "attn=precond", "trainer.max_steps=20", "sweep_name=day", "hydra/launcher=local"]
     out = run_cli(again, cwd=tmp_path)
