@@ -71,6 +71,43 @@ def quote_value(override: str) -> str:
     return override  # both quotes inside: leave Hydra's own message
 
 
+# -- other tools' words ------------------------------------------------------------------------
+
+#: Words that Lightning, lightning-hydra-template and timm's ``train.py`` teach, each with the suite's
+#: own way: a key (``lr=``), a dotted key (``trainer.amp=``) or a group selection (``trainer=gpu``).
+#: The one table of such pointers: :func:`check_option` answers a selection with it, and
+#: :func:`src.precheck.check_keys` a key no config has (or a new key only an experiment reads).
+POINTERS = {
+    "trainer=gpu": "the device is an option, not a trainer config: trainer.device=cuda "
+    "(auto: a GPU where there is one)",
+    "trainer=cpu": "the device is an option, not a trainer config: trainer.device=cpu",
+    "trainer=ddp": "more processes come from the launcher: torchrun --nproc_per_node=N -m src.run … "
+    "(docs/getting-started.md)",
+    "ckpt_path": "resuming is automatic: rerun the same command and it continues from its run folder's "
+    "checkpoints/last.pt (trainer.resume=auto); to evaluate a checkpoint: python -m src.eval RUN_DIR|FILE.pt",
+    "lr": "the learning rate is optim.lr=…",
+    "learning_rate": "the learning rate is optim.lr=…",
+    "weight_decay": "the weight decay is optim.weight_decay=…",
+    "epochs": "the run's length is trainer.max_epochs=… (or trainer.max_steps=…)",
+    "max_epochs": "the run's length is trainer.max_epochs=… (or trainer.max_steps=…)",
+    "batch_size": "the batch is the task's: task.batch_size=…",
+    "trainer.amp": "mixed precision is trainer.precision=bf16 (autocast, CPU and GPU)",
+    "trainer.accelerator": "the device is trainer.device=cuda|cpu|auto",
+    "trainer.gpus": "the device is trainer.device=cuda; more GPUs: torchrun --nproc_per_node=N -m src.run",
+    "trainer.devices": "the device is trainer.device=cuda; more GPUs: torchrun --nproc_per_node=N -m src.run",
+    "trainer.gradient_clip_val": "gradient clipping is trainer.clip_grad=…",
+    "trainer.accumulate_grad_batches": "gradient accumulation is trainer.accumulate=…",
+    "trainer.max_time": "the wall-clock budget is resources.time_min=… (a SLURM job requeues and resumes)",
+    "optim.mlp_lr_discount": "P5's feed-forward discount is read by the parameter-group hook that "
+    "experiment=paper/p5_mlp_lr names (python -m src.run experiment=paper/p5_mlp_lr optim.mlp_lr_discount=4)",
+}
+
+
+def pointer(word: str) -> str | None:
+    """The suite's way for ``word`` (a key, or ``group=option``) from :data:`POINTERS`, if it has one."""
+    return POINTERS.get(word.lstrip("+~"))
+
+
 # -- group selections ---------------------------------------------------------------------------
 
 
@@ -118,6 +155,8 @@ def check_option(group: str, choice: object, options: list[str]) -> None:
             f"backbone={choice}: no such option in conf/backbone, but a timm model: "
             f"backbone=timm backbone.name={choice}"
         )
+    if pointer(f"{group}={choice}"):
+        hint = f"; {pointer(f'{group}={choice}')}"
     raise ConfigError(
         f"{group}={choice}: no such option in conf/{group}{hint} (options: {', '.join(options)})"
     )

@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from src.cli import CONF, config_dirs, is_override
+from src.cli import CONF, config_dirs, is_override, pointer
 from src.configs import compose, loader
 from src.errors import ConfigError, user_error
 
@@ -163,13 +163,6 @@ def composed(overrides: list[str], dirs: list) -> DictConfig | None:
         return None
 
 
-#: Keys one experiment file adds with what reads them, and the command that has both.
-KEYS_OF_AN_EXPERIMENT = {
-    "optim.mlp_lr_discount": "P5's feed-forward discount is read by the parameter-group hook that "
-    "experiment=paper/p5_mlp_lr names (python -m src.run experiment=paper/p5_mlp_lr optim.mlp_lr_discount=4)",
-}
-
-
 def check_keys(values: list[Any], base: DictConfig) -> None:
     """Each ``key=value`` names a key of ``base``; a new ``+key`` only where something reads it."""
     plain = OmegaConf.to_container(base, resolve=False)
@@ -183,8 +176,8 @@ def check_keys(values: list[Any], base: DictConfig) -> None:
             continue
         close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
         hint = f"; did you mean {close[0]}?" if close else ""
-        if key in KEYS_OF_AN_EXPERIMENT:
-            hint = f"; {KEYS_OF_AN_EXPERIMENT[key]}"
+        if pointer(key):  # another tool's word (lr, trainer.amp): the suite's way, not a near spelling
+            hint = f"; {pointer(key)}"
         what = "nothing reads a new key" if adds else "no config has this key"
         raise ConfigError(f"{o.input_line}: {what}{hint} (every key: python -m src.run --cfg job)")
 

@@ -1,6 +1,8 @@
 """OmegaConf resolvers the configs use: ``${cpus_at_most:4}``, ``${at_least:1,…}``, ``${run_folder:…}``,
-``${pretrained_by:…}``, ``${attn_parts:…}``, ``${slurm_attempt_min:…}``, ``${slurm_timeouts:…}``,
-``${image_folder:…}`` and ``${patch_grid_size:…}`` (``task=imagefolder``).
+``${out_of_name:}``, ``${pretrained_by:…}``, ``${attn_parts:…}``, ``${slurm_attempt_min:…}``,
+``${slurm_timeouts:…}``, ``${image_folder:…}`` and ``${patch_grid_size:…}`` (``task=imagefolder``);
+and the one list of keys that stay out of a run's identity and of its folder's name
+(:data:`NO_BEARING`, :data:`CHANGES_BITS`).
 
 Importing this module registers them. ``src/run.py`` imports it (so do the SLURM jobs, which
 unpickle ``src.run.main``), and so does ``src/engine/schema.py``, which every composition of the
@@ -9,14 +11,57 @@ config imports, tests included.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 from collections.abc import Iterable
 from pathlib import Path
 
+import yaml
 from omegaconf import OmegaConf
 
 from src import image_folder
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+
+#: Keys that do not bear on what a run computes: out of its identity
+#: (:mod:`src.engine.record.identity`, which says why for each) and out of its folder's name
+#: (:func:`out_of_name`), so that turning one on (``logger.log_checkpoints=true``,
+#: ``trainer.progress=none``) resumes the run instead of forking it. A group or node (``logger``)
+#: stands for every key under it.
+NO_BEARING = (
+    "logger",
+    "paths.output_dir",
+    "sweep_name",
+    "trainer.progress",
+    "trainer.resume",
+    "trainer.checkpoint_every",
+    "trainer.checkpoints",
+    "trainer.num_workers",
+    "trainer.nonfinite",
+    "trainer.collapse_entropy",
+    "trainer.nonfinite_limit_consecutive",
+    "trainer.nonfinite_limit_total",
+    "trainer.test_after",
+    "trainer.val_at_start",
+)
+#: Keys that change the bits, not the meaning, of the result (float reduction order, kernels, the
+#: job's size): out of the identity and the name alike, so that a requeue elsewhere resumes.
+CHANGES_BITS = ("trainer.threads", "trainer.device", "trainer.compile", "trainer.flush_denormal", "resources")
+#: Out of the folder's name only: already in its path (``<task>/<backbone>/<variant>/seed=<s>``), or
+#: in the identity but not the name (``paths.data_dir``: the same folder name on another machine),
+#: or Hydra's own logging.
+NAME_ONLY = (
+    "task",
+    "task.data_dir",  # task=imagefolder's folder: named in the path already (imagefolder-<its name>)
+    "backbone",
+    "backbone.name",  # backbone=timm's model: the path's backbone part
+    "attn",
+    "attn.parts",
+    "seed",
+    "paths.data_dir",
+    "hydra.verbose",
+)
 
 #: Longest run-folder name kept as it is; file systems refuse names over 255 bytes.
 MAX_FOLDER_BYTES = 200
@@ -61,6 +106,38 @@ def run_folder(seed: int | str, overrides: str = "") -> str:
     stays unique and the same for the same command (a rerun must find its folder again)."""
     name = f"seed={seed}"
     return f"{name},{short_name(overrides)}" if str(overrides) else name
+
+
+def out_of_name() -> list[str]:
+    """``hydra.job.config.override_dirname.exclude_keys`` (``${out_of_name:}``): :data:`NAME_ONLY`,
+    :data:`NO_BEARING` and :data:`CHANGES_BITS`, each of the last two with every key under it that
+    ``conf/`` declares (``logger.log_checkpoints``, ``resources.mem_gb``), as Hydra matches keys
+    exactly. One list for the identity and the name: they cannot disagree."""
+    return list(_out_of_name())
+
+
+@functools.cache
+def _out_of_name() -> tuple[str, ...]:
+    keys = list(NAME_ONLY)
+    top = yaml.safe_load((CONF / "config.yaml").read_text(encoding="utf-8"))
+    for key in (*NO_BEARING, *CHANGES_BITS):
+        keys.append(key)
+        node = top.get(key) if "." not in key else None
+        below = set(_flat(node)) if isinstance(node, dict) else set()
+        for file in sorted((CONF / key).glob("*.yaml")) if "." not in key else ():
+            below |= set(_flat(yaml.safe_load(file.read_text(encoding="utf-8")) or {}))
+        keys += [f"{key}.{k}" for k in sorted(below) if k != "defaults"]
+    return tuple(dict.fromkeys(keys))
+
+
+def _flat(tree: dict, prefix: str = "") -> list[str]:
+    """Every dotted key of ``tree`` (inner nodes too)."""
+    found = []
+    for key, value in tree.items():
+        found.append(f"{prefix}{key}")
+        if isinstance(value, dict):
+            found += _flat(value, f"{prefix}{key}.")
+    return found
 
 
 def short_name(overrides: str) -> str:
@@ -173,6 +250,7 @@ def patch_grid_size(patch_size: int | None) -> int:
 OmegaConf.register_new_resolver("cpus_at_most", cpus_at_most, replace=True)
 OmegaConf.register_new_resolver("at_least", at_least, replace=True)
 OmegaConf.register_new_resolver("run_folder", run_folder, replace=True)
+OmegaConf.register_new_resolver("out_of_name", out_of_name, replace=True)
 OmegaConf.register_new_resolver("pretrained_by", pretrained_by, replace=True)
 OmegaConf.register_new_resolver("attn_parts", attn_parts, replace=True)
 OmegaConf.register_new_resolver("slurm_attempt_min", slurm_attempt_min, replace=True)

@@ -321,3 +321,50 @@ def test_a_key_of_an_experiment_file_points_at_it():
     with pytest.raises(ConfigError, match=command):
         precheck.precheck(["task=modadd", "backbone=sandbox", "optim.mlp_lr_discount=4"])
     precheck.precheck(command.split())
+
+
+@pytest.mark.parametrize(
+    "arg, pointer",
+    [
+        (
+            "trainer=gpu",
+            "trainer=gpu: no such option in conf/trainer; the device is an option, not a trainer "
+            "config: trainer.device=cuda",
+        ),
+        ("ckpt_path=outputs/x/last.ckpt", "resuming is automatic: rerun the same command"),
+        ("lr=0.1", "lr=0.1: no config has this key; the learning rate is optim.lr=…"),
+        ("epochs=3", "epochs=3: no config has this key; the run's length is trainer.max_epochs=…"),
+        (
+            "trainer.amp=true",
+            "trainer.amp=true: no config has this key; mixed precision is trainer.precision=bf16",
+        ),
+    ],
+)
+def test_other_tools_words_point_to_the_suites_way(arg, pointer, tmp_path):
+    """Lightning's and timm's words get the suite's way in one line (exit 2, before torch), not a
+    generic refusal or a wrong near spelling (``trainer.amp``: ``trainer.ema``)."""
+    line = refused_torch_free([arg], tmp_path)
+    assert pointer in line and "did you mean" not in line, line
+
+
+def test_options_that_change_nothing_trained_keep_the_run_folder_and_the_identity(tmp_path):
+    """Turning on checkpoint logging (or another progress display, thread count, W&B project) resumes
+    the run instead of forking it: the same folder and the same identity, from one list of keys."""
+    from src.engine.record.identity import EXCLUDED, Identity
+
+    plain = hydra_config(["trainer.max_steps=20"], tmp_path)
+    quiet = [
+        "trainer.progress=none",
+        "trainer.threads=1",
+        "trainer.compile=true",
+        "trainer.checkpoint_every=5",
+    ]
+    logged = ["logger=wandb", "logger.log_checkpoints=true", "logger.project=mine", *quiet]
+    other = hydra_config(["trainer.max_steps=20", *logged], tmp_path)
+    assert OmegaConf.select(other, "hydra.run.dir") == OmegaConf.select(plain, "hydra.run.dir")
+    assert OmegaConf.select(plain, "hydra.run.dir").endswith("/seed=0,trainer.max_steps=20")
+    strip = lambda cfg: OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])  # noqa: E731
+    assert Identity.of(strip(other)).hash == Identity.of(strip(plain)).hash
+    excluded = set(plain.hydra.job.config.override_dirname.exclude_keys)
+    assert set(EXCLUDED) <= excluded and "logger.log_checkpoints" in excluded
+    assert not {"attn.lam", "trainer.max_steps", "optim.lr"} & excluded  # what is trained stays in the name

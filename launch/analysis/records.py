@@ -4,7 +4,10 @@ A run folder is a folder with the suite's ``config.yaml`` or Hydra's ``.hydra/co
 Its status: ``completed`` (a summary says so), ``failed`` (a summary with the error line, after
 training), ``failed to start`` (it failed, or died, before its first step: its error from
 ``failures.jsonl`` or the summary), ``incomplete`` (rows but no summary: killed, timed out or
-still running), ``unreadable`` (a record that cannot be read: its one-line reason), or ``debug``
+still running), ``refused`` (refused for bad input before its first step, its error a
+:data:`REFUSALS` class: the folder an older version left, which :func:`read_runs` passes over, as
+the run never ran; the suite now removes what such a session wrote), ``unreadable`` (a record that
+cannot be read: its one-line reason), or ``debug``
 (made with a ``debug=`` preset, :func:`debug_preset`: a few steps to try the code, never an
 experiment's run), so the report lists every run that did not finish instead of dropping it,
 and one damaged folder never stops it. Every file is read within its bounds
@@ -65,7 +68,7 @@ class Run:
     backbone: str
     attn: str
     seed: int
-    status: str  # completed | failed | failed to start | incomplete | unreadable | debug
+    status: str  # completed | failed | failed to start | incomplete | refused | unreadable | debug
     metric: str | None = None
     metric_mode: str | None = None  # max | min, from summary.json (None: unknown)
     final: dict[str, float] = field(default_factory=dict)
@@ -273,15 +276,25 @@ def read_record(run: Run, folder: Path, recorded: frozenset[str]) -> None:
         run.evals = read_evals(folder, summary, recorded)
         run.provenance = provenance(summary)
         if run.status == "failed" and not RunRecord(folder, enabled=False).has_trained():
-            run.status = "failed to start"
+            run.status = "refused" if is_refusal(run.error) else "failed to start"
     elif run.rows:
         last = max(r["step"] for r in run.rows)
         run.error = f"no summary.json: killed, timed out or still running (last logged step {last})"
     else:
-        run.status = "failed to start"
         run.error = last_failure(folder) or (
             "no record: it died before writing anything (killed while starting?), or is starting now"
         )
+        run.status = "refused" if is_refusal(run.error) else "failed to start"
+
+
+#: The error classes of bad input found before a run's first step (:mod:`src.errors` and its
+#: subclasses a session can meet there): a run they stopped never ran.
+REFUSALS = ("ConfigError", "DataError", "NotPrepared", "UntrustedConfig")
+
+
+def is_refusal(error: str | None) -> bool:
+    """Whether the error line ``error`` (``DataError: missing data folder …``) is a :data:`REFUSALS`'."""
+    return isinstance(error, str) and error.partition(":")[0].strip() in REFUSALS
 
 
 def variant_options(attn: str, attn_options: dict[str, Any]) -> str:
@@ -436,8 +449,9 @@ def last_failure(folder: Path) -> str | None:
 
 
 def read_runs(roots: Iterable[Path]) -> list[Run]:
-    """Every run folder under ``roots`` (:func:`find_run_dirs`), each read on its own (:func:`read_run`)."""
-    return [read_run(folder) for folder in find_run_dirs(roots)]
+    """Every run folder under ``roots`` (:func:`find_run_dirs`), each read on its own (:func:`read_run`),
+    but those refused before their first step (``refused``: the run never ran)."""
+    return [run for run in map(read_run, find_run_dirs(roots)) if run.status != "refused"]
 
 
 def options(runs: Iterable[Run]) -> dict[str, dict[str, Any]]:

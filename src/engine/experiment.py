@@ -31,7 +31,7 @@ from omegaconf import DictConfig
 
 from src import attention
 from src.attention import Composition, Variant
-from src.errors import SuiteError, message_of
+from src.errors import SuiteError, message_of, user_error
 
 from .compatible import check_compatible, compatible_backbones  # noqa: F401  (re-exported)
 from .distributed import Dist
@@ -137,10 +137,21 @@ def train_session(
     except Exception as error:
         steps = recorder.steps()
         memory = out_of_memory(error, cfg, steps)
+        if memory is None and refused(error):
+            session.withdraw()  # a fresh record refused before its first step: nothing left to list
+            if session.withdrawn:
+                raise
         record_failure(cfg, session, steps, memory or error)
         if memory is not None:
             raise memory from error
         raise
+
+
+def refused(error: BaseException) -> bool:
+    """Bad input (a :class:`SuiteError` behind ``error``: a missing data file, a wrong value), not
+    a preemption, a memory limit or a crash: what a run refused before training need not record."""
+    cause = user_error(error)
+    return cause is not None and not isinstance(cause, (Preempted, OutOfMemory))
 
 
 def completed_summary(

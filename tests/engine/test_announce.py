@@ -41,7 +41,10 @@ def test_start_and_end_lines_say_what_trains_what_it_reached_and_where(tmp_path,
     assert " · seed 0 · fresh · " in start and start.endswith(str(tmp_path / "run"))
     metric, best = summary["metric"], summary["best"]
     assert f"{metric} {summary['final'][metric]:.4f} (best {best[metric]:.4f} at step {best['step']})" in end
-    assert f"{summary['steps']} steps" in end and end.endswith(str(tmp_path / "run" / "summary.json"))
+    assert f"{summary['steps']} steps" in end
+    assert end.endswith(
+        f"{tmp_path / 'run'}: summary.json, eval-test.json, checkpoints/best.pt"
+    )  # what it made
 
 
 def test_a_resumed_run_names_its_step_and_a_complete_one_says_how_to_start_over(
@@ -94,7 +97,10 @@ def test_a_job_log_and_a_multirun_say_it_all_without_a_terminal(tmp_path):
         assert "] - train digits · vit_digits · " in log_lines[0]
         assert any("digits step 20/20 (100%)" in line for line in log_lines)
         took = f"0:{round(summary['wall_s']):02d}"
-        assert log_lines[-1].endswith(f"· 20 steps in {took} · {summary_path.relative_to(tmp_path)}")
+        folder = summary_path.parent.relative_to(tmp_path)
+        assert log_lines[-1].endswith(
+            f"· 20 steps in {took} · {folder}: summary.json, eval-test.json, checkpoints/best.pt"
+        )
     # a second multirun into the same folder, its job in a submitit process (as on SLURM): its own run
     again = ["-m", "attn=precond", "trainer.max_steps=20", "sweep_name=day", "hydra/launcher=local"]
     out = run_cli(again, cwd=tmp_path)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import tempfile
 
 import pytest
 import wandb
@@ -12,7 +14,7 @@ from wandb_file import offline_records, offline_run
 
 from src.engine import train
 from src.engine.record.files import read_metrics
-from src.engine.record.tracking import main_metric, run_config, run_name, run_tags
+from src.engine.record.tracking import WandbLogger, main_metric, run_config, run_name, run_tags
 from src.errors import ConfigError
 
 SHORT = [
@@ -28,18 +30,56 @@ def run(tmp_path, *extra):
     return train(compose([*SHORT, *extra], tmp_path), tmp_path / "run")
 
 
-def test_offline_mode_writes_a_local_wandb_run(tmp_path, monkeypatch):
+def test_offline_mode_writes_a_local_wandb_run_with_the_records_files(tmp_path, monkeypatch):
+    """The offline run holds the record's final config.yaml, metrics.jsonl and summary.json (copies,
+    not links: a run synced later, from elsewhere, still has them), and the project WANDB_PROJECT names."""
     monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_PROJECT", "from-the-environment")
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     summary = run(tmp_path)
     (offline,) = (tmp_path / "run" / "wandb").glob("offline-run-*")
     assert list(offline.glob("run-*.wandb")) and summary["steps"] == 4
+    for name in ("config.yaml", "metrics.jsonl", "summary.json"):
+        sent = offline / "files" / "record" / name
+        assert not sent.is_symlink() and sent.read_bytes() == (tmp_path / "run" / name).read_bytes(), name
+    assert json.loads((offline / "files" / "record" / "summary.json").read_text())["status"] == "completed"
+    (wandb_file,) = offline.glob("run-*.wandb")
+    assert b"from-the-environment" in wandb_file.read_bytes()
+
+
+@pytest.mark.parametrize(
+    "env, overrides, expected",
+    [
+        ({}, [], ("conditioned-attention", None)),
+        ({"WANDB_PROJECT": "mine", "WANDB_ENTITY": "lab"}, [], ("mine", "lab")),
+        (
+            {"WANDB_PROJECT": "mine", "WANDB_ENTITY": "lab"},
+            ["logger.project=cfg", "logger.entity=me"],
+            ("cfg", "me"),
+        ),
+    ],
+)
+def test_wandb_project_and_entity_from_the_environment_unless_the_config_sets_them(
+    env, overrides, expected, tmp_path, monkeypatch
+):
+    seen = {}
+    monkeypatch.setattr(wandb, "init", lambda **kwargs: seen.update(kwargs) or FakeRun())
+    for key in ("WANDB_PROJECT", "WANDB_ENTITY"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    WandbLogger(compose(["logger=wandb", *overrides], tmp_path).logger, tmp_path, {})
+    assert (seen["project"], seen["entity"]) == expected
 
 
 class FakeRun:
     def __init__(self, fail_log: bool = False):
         self.logged, self.finished, self.fail_log, self.summary = [], False, fail_log, {}
-        self.defined = []
+        self.defined, self.saved = [], []
+        self.dir = tempfile.mkdtemp(prefix="fake-wandb-")
+
+    def save(self, path, base_path=None, policy="live"):
+        self.saved.append((os.path.relpath(path, base_path), policy))
 
     def define_metric(self, name, summary=None):
         self.defined.append((name, summary))
@@ -75,6 +115,9 @@ def test_config_names_the_run_and_numbers_match_the_record(tmp_path, monkeypatch
     rows = read_metrics(tmp_path / "run")
     record = [(r["step"], {k: v for k, v in r.items() if k not in ("step", "split")}) for r in rows]
     assert fake.logged == record and fake.finished and fake.defined == [("val/acc", "max")]
+    assert fake.saved == [
+        (f"record/{n}", "end") for n in ("config.yaml", "metrics.jsonl", "summary.json", "eval-test.json")
+    ]
 
 
 @pytest.mark.parametrize("failure", ["init", "log"])

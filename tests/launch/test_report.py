@@ -10,7 +10,7 @@ from conftest import one_error_line
 from omegaconf import OmegaConf
 
 from launch.analysis import report
-from launch.analysis.records import read_runs, read_wandb
+from launch.analysis.records import read_run, read_runs, read_wandb
 from src.engine.record.identity import Identity
 
 STEPS = list(range(100, 1001, 100))
@@ -221,7 +221,7 @@ def test_which_way_is_better_comes_from_the_summary_not_the_metric_name(tmp_path
     assert conv["cond_init"].steps == 500 and conv["cond_init"].ratio == 0.5  # 0.5 reached at step 500
 
 
-def test_a_run_that_failed_before_training_is_listed_as_failed_to_start_with_its_error(tmp_path):
+def test_a_run_that_crashed_before_training_is_listed_as_failed_to_start_and_a_refused_one_is_not(tmp_path):
     folder = tmp_path / "digits" / "vit_digits" / "standard" / "seed=0"
     (folder / ".hydra").mkdir(parents=True)
     hydra_config = {  # as Hydra saves it: unresolved (this interpolation cannot resolve here)
@@ -232,7 +232,14 @@ def test_a_run_that_failed_before_training_is_listed_as_failed_to_start_with_its
         "paths": {"data_dir": "${oc.env:NOPE}"},
     }
     OmegaConf.save(OmegaConf.create(hydra_config), folder / ".hydra" / "config.yaml")
-    (folder / "failures.jsonl").write_text(json.dumps({"error": "DataError: missing data folder x"}) + "\n")
+    (folder / "failures.jsonl").write_text(json.dumps({"error": "RuntimeError: worker died"}) + "\n")
+    refused = tmp_path / "digits" / "vit_digits" / "spectral" / "seed=0"  # bad input: the run never ran
+    (refused / ".hydra").mkdir(parents=True)
+    OmegaConf.save(
+        OmegaConf.create({**hydra_config, "attn": {"variant": "spectral"}}),
+        refused / ".hydra" / "config.yaml",
+    )
+    (refused / "failures.jsonl").write_text(json.dumps({"error": "DataError: missing data folder x"}) + "\n")
     bare = tmp_path / "digits" / "vit_digits" / "precond" / "seed=0"
     (bare / ".hydra").mkdir(parents=True)
     text = (folder / ".hydra" / "config.yaml").read_text()
@@ -240,8 +247,9 @@ def test_a_run_that_failed_before_training_is_listed_as_failed_to_start_with_its
     runs = {r.attn: r for r in read_runs([tmp_path])}
     assert (runs["standard"].status, runs["standard"].error) == (
         "failed to start",
-        "DataError: missing data folder x",
+        "RuntimeError: worker died",
     )
+    assert "spectral" not in runs and read_run(refused).status == "refused"  # listed nowhere
     assert runs["precond"].status == "failed to start" and "before writing anything" in runs["precond"].error
 
 

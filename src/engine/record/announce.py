@@ -2,7 +2,9 @@
 
 Start: what trains (task, backbone, variant with its options, seed), where its record is, and
 whether it is *fresh*, *resumed from step N* or *already complete*. End: the main metric's final
-value and its best with the step, the run's training time and the record's path. They go through
+value and its best with the step, the run's training time, and the run folder with the files the
+run produced in it (``summary.json``, ``eval-test.json`` where the test split was evaluated, the
+best checkpoint, else the last). They go through
 Python logging, which Hydra sends to the console and to the run folder's ``run.log``.
 """
 
@@ -63,12 +65,19 @@ def result_text(summary: dict[str, Any]) -> str:
     return text
 
 
+#: What :func:`end_line` names of the run folder, where it exists; of each group, the first found.
+PRODUCED = (("summary.json",), ("eval-test.json",), ("checkpoints/best.pt", "checkpoints/last.pt"))
+
+
 def end_line(summary: dict[str, Any], run_dir: Path) -> str:
-    """The main metric, final and best, the steps and training time, the record's path."""
+    """The main metric, final and best, the steps and training time, the run folder and what the
+    run wrote there (:data:`PRODUCED`): ``… · outputs/runs/…/seed=0: summary.json, eval-test.json,
+    checkpoints/best.pt``."""
     wall = summary.get("wall_s")
     took = f" in {clock(wall)}" if isinstance(wall, (int, float)) else ""
-    record = shown(run_dir / "summary.json")
-    return f"done: {result_text(summary)} · {summary.get('steps')} steps{took} · {record}"
+    found = [next((n for n in group if (Path(run_dir) / n).exists()), None) for group in PRODUCED]
+    files = ", ".join(n for n in found if n)
+    return f"done: {result_text(summary)} · {summary.get('steps')} steps{took} · {shown(run_dir)}: {files}"
 
 
 def complete_line(cfg: DictConfig, summary: dict[str, Any], run_dir: Path) -> str:

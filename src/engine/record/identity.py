@@ -69,26 +69,10 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from src.errors import ConfigError
+from src.resolvers import CHANGES_BITS, NO_BEARING  # one list: also out of the run folder's name
 
 ROOT = Path(__file__).resolve().parents[3]
 
-NO_BEARING = (
-    "logger",
-    "paths.output_dir",
-    "sweep_name",
-    "trainer.progress",
-    "trainer.resume",
-    "trainer.checkpoint_every",
-    "trainer.checkpoints",
-    "trainer.num_workers",
-    "trainer.nonfinite",
-    "trainer.collapse_entropy",
-    "trainer.nonfinite_limit_consecutive",
-    "trainer.nonfinite_limit_total",
-    "trainer.test_after",
-    "trainer.val_at_start",
-)
-CHANGES_BITS = ("trainer.threads", "trainer.device", "trainer.compile", "trainer.flush_denormal", "resources")
 EXCLUDED = NO_BEARING + CHANGES_BITS
 #: Classes that moved: a record made before the move names the old path in its ``_target_``; the
 #: identity compares the new one, so that the record still resumes and groups with new runs.

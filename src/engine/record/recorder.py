@@ -83,9 +83,11 @@ class Recorder:
             self.wandb.log_checkpoint(path, step, metadata)
 
     def finish(self, summary: dict[str, Any]) -> dict[str, Any]:
-        """Write ``summary.json`` and close W&B with the final metrics; returns ``summary``."""
+        """Write ``summary.json``, save the record's files to the W&B run, close it with the final
+        metrics; returns ``summary``."""
         self.record.write_summary(summary)
         if self.wandb is not None:
+            self.wandb.save_record(self.record.dir)
             self.wandb.finish(wandb_summary(summary))
         return summary
 

@@ -10,7 +10,10 @@ record found there.
 * ``restart``: move the record to ``superseded/<n>/`` (never delete it) and start a new one.
 
 A record that never trained (a session that failed before its first step) is simply started
-again. The session also carries what the checkpoints must: the identity's hash and the list of
+again. A fresh record whose session is refused before its first step (bad input found once the
+folder was opened: a missing data file) is withdrawn (:meth:`Session.withdraw`): the files that
+session wrote are removed, nothing that was there before, so that no report lists a run that never
+ran. The session also carries what the checkpoints must: the identity's hash and the list of
 sessions whose steps they hold, each with its code version. A checkpoint of another identity is
 refused; one written by other code is resumed with one warning, and ``summary.json`` lists the
 code of every session.
@@ -37,12 +40,15 @@ from src.resolvers import legacy_folder
 from ..distributed import Dist
 from .files import RunRecord, holds_record, move_record
 from .identity import DATA, Identity, code_version
-from .lock import RunLock
+from .lock import LOCK_NAME, RunLock
 from .tracking import new_run_id
 
 log = logging.getLogger(__name__)
 
 RESUME_MODES = ("auto", "never", "restart")
+#: What a session writes to start a fresh record, before its first step (:meth:`Session.withdraw`).
+HYDRA_FILES = ("config.yaml", "hydra.yaml", "overrides.yaml")  # src/run.py: hydra_files
+STARTED = ("config.yaml", "identity.json", *(f".hydra/{n}" for n in HYDRA_FILES), ".hydra")
 
 
 class RecordExists(ConfigError):
@@ -89,10 +95,36 @@ class Session:
     earlier: list[dict[str, Any]] = field(default_factory=list)  # sessions the resumed state holds
     current: dict[str, Any] = field(default_factory=this_session)
     config: dict[str, Any] | None = None  # the resolved config, carried by each checkpoint
+    found: frozenset[str] = frozenset()  # what the folder held before this session opened it
+    withdrawn: bool = False
 
     @property
     def kind(self) -> str:
         return self.opening.kind
+
+    def withdraw(self) -> list[str]:
+        """Remove what this session wrote to start a fresh record (:data:`STARTED`: config,
+        identity, Hydra's copy of the command), where it trained no step; whatever the folder
+        held before it opened (:attr:`found`), an earlier record moved to ``superseded/``
+        included, stays. Returns the names removed (none for a record that was not fresh, or
+        that this session trained)."""
+        record = self.record
+        if not record.enabled or self.kind != "fresh" or record.touched:
+            return []
+        removed = []
+        for name in STARTED:
+            path = record.dir / name
+            if name in self.found or not (path.exists() or path.is_symlink()):
+                continue
+            if path.is_dir() and not path.is_symlink():
+                with contextlib.suppress(OSError):  # emptied above; anything else in it stays
+                    path.rmdir()
+                    removed.append(name)
+            else:
+                path.unlink()
+                removed.append(name)
+        self.withdrawn = True
+        return removed
 
     def sessions(self, step: int) -> list[dict[str, Any]]:
         """Every session whose steps the state at ``step`` holds, this one last."""
@@ -150,12 +182,14 @@ class RunSession:
     def __enter__(self) -> Session:
         found: Opening | Exception | None
         locked = False
+        self.before: frozenset[str] = frozenset()
         try:
             if self.lock is not None:
                 self.lock.acquire()
                 locked = True
             found = None
             if self.dist.main:
+                self.before = entries(self.record.dir)
                 found = open_record(self.record, self.cfg, self.identity, self.hydra_files)
         except Exception as error:  # every process must learn of it, or the others would wait
             found = error
@@ -164,11 +198,28 @@ class RunSession:
             if locked:
                 self.lock.release()
             raise found
-        return Session(self.record, self.identity, found, config=carried_config(self.cfg))
+        self.session = Session(
+            self.record, self.identity, found, config=carried_config(self.cfg), found=self.before
+        )
+        return self.session
 
     def __exit__(self, *exc: object) -> None:
         if self.lock is not None:
             self.lock.release()
+            if getattr(self, "session", None) is not None and self.session.withdrawn and not self.before:
+                with contextlib.suppress(OSError):  # the folder this session made, left empty
+                    self.record.dir.rmdir()
+
+
+def entries(folder: Path) -> frozenset[str]:
+    """The names in ``folder`` (none where it does not exist), but the lock's, and those in its
+    ``.hydra/`` as ``.hydra/<name>``."""
+    if not folder.is_dir():
+        return frozenset()
+    names = {p.name for p in folder.iterdir() if p.name != LOCK_NAME}
+    if (folder / ".hydra").is_dir():
+        names |= {f".hydra/{p.name}" for p in (folder / ".hydra").iterdir()}
+    return frozenset(names)
 
 
 def carried_config(cfg: DictConfig) -> dict[str, Any]:

@@ -13,12 +13,20 @@ A training run has ``job_type`` ``train``; with ``logger.log_checkpoints`` each 
 :meth:`WandbLogger.log_checkpoint`). ``python -m src.eval`` resumes the evaluated run to add its
 results to the run's summary (``eval/<split>/<metric>``), where the runs table compares them.
 A single run's config has ``sweep_name`` None; a multirun's jobs keep their sweep's.
+
+When training ends, the record's own files (:data:`SENT_FILES`: ``config.yaml``, ``metrics.jsonl``,
+``summary.json``, and ``eval-test.json`` where ``trainer.test_after`` wrote it) go to the run's Files
+tab, under ``record/`` (:meth:`WandbLogger.save_record`): the files a W&B user looks for beside the
+run, final, without an artifact's versions (which the checkpoints use, being many and large). They are
+copied into the run's own folder, not linked, so that an offline run synced later, or from another
+machine, carries them; ``record/`` keeps them apart from W&B's own ``config.yaml``.
 """
 
 from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -29,6 +37,9 @@ from omegaconf import DictConfig
 
 from src.attention import config as attention
 from src.errors import ConfigError
+
+#: The record's files a W&B run gets at the end of training (those that exist), under ``record/``.
+SENT_FILES = ("config.yaml", "metrics.jsonl", "summary.json", "eval-test.json")
 
 
 def new_run_id() -> str:
@@ -228,6 +239,31 @@ class WandbLogger:
             self.run.log_artifact(artifact, aliases=aliases)
         except Exception as e:  # noqa: BLE001
             self._fail("log_artifact", e)
+
+    def save_record(self, run_dir: Path, names: tuple[str, ...] = SENT_FILES) -> list[str]:
+        """Copy the record's final files ``names`` (those ``run_dir`` has) into the W&B run's folder
+        under ``record/`` and save them there with ``policy="end"``: uploaded as the run finishes
+        (an offline run holds them in its ``files/record/``). Returns the names saved; a failure
+        is one warning, and the run is still closed with its summary."""
+        if self.run is None:
+            return []
+        saved = []
+        try:
+            base = Path(self.run.dir)
+            (base / "record").mkdir(parents=True, exist_ok=True)
+            for name in names:
+                source = Path(run_dir) / name
+                if source.is_file():
+                    copy = base / "record" / name
+                    shutil.copyfile(source, copy)
+                    self.run.save(str(copy), base_path=str(base), policy="end")
+                    saved.append(name)
+        except Exception as e:  # noqa: BLE001  W&B never stops a run; the record has the files
+            warnings.warn(
+                f"W&B save of the record's files failed ({type(e).__name__}: {e}); the run folder has them",
+                stacklevel=2,
+            )
+        return saved
 
     def finish(self, summary: dict[str, Any] | None = None) -> None:
         """Close the W&B run (with ``summary``); a second call does nothing."""
