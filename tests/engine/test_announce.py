@@ -190,3 +190,18 @@ def test_a_multirun_whose_jobs_cannot_be_tracked_says_so_and_does_not_count(tmp_
     line = end_line(driver, blocked, capsys)
     assert line.startswith("sweep done (its runs were not counted: NotADirectoryError: ")
     assert line.endswith(f") in {blocked}; tables and plots: python -m launch.analysis.report {blocked}")
+
+
+def test_the_end_line_names_the_files_the_run_wrote_and_the_sandbox_page(tmp_path):
+    """Only files that exist: last.pt where there is no best.pt, and a modadd run's page."""
+    from src.engine.record.announce import end_line
+
+    summary = {"metric": "val/acc", "final": {"val/acc": 0.5}, "steps": 3}
+    (tmp_path / "checkpoints").mkdir()
+    for name in ("summary.json", "checkpoints/last.pt"):
+        (tmp_path / name).write_text("{}")
+    assert end_line(summary, tmp_path).endswith(": summary.json, checkpoints/last.pt")
+    (tmp_path / "sandbox").mkdir()
+    (tmp_path / "sandbox" / "index.html").write_text("<html>")
+    (tmp_path / "checkpoints" / "best.pt").write_text("")
+    assert end_line(summary, tmp_path).endswith(": summary.json, checkpoints/best.pt, sandbox/index.html")

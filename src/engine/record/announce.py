@@ -66,7 +66,12 @@ def result_text(summary: dict[str, Any]) -> str:
 
 
 #: What :func:`end_line` names of the run folder, where it exists; of each group, the first found.
-PRODUCED = (("summary.json",), ("eval-test.json",), ("checkpoints/best.pt", "checkpoints/last.pt"))
+PRODUCED = (
+    ("summary.json",),
+    ("eval-test.json",),
+    ("checkpoints/best.pt", "checkpoints/last.pt"),
+    ("sandbox/index.html",),  # task=modadd's page: every frame behind a slider (src.sandbox.page)
+)
 
 
 def end_line(summary: dict[str, Any], run_dir: Path) -> str:
