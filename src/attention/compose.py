@@ -14,9 +14,10 @@ order and whose per-part options nest under their names.
 Two parts cannot compose when they change the same thing in conflicting ways (each variant
 declares what it changes in :meth:`Variant.touches`). On one target, a later part may only
 build on an earlier one: a parametrization or a hook over an initialization, a hook over a
-parametrization. Two initializations (the later overwrites the earlier), two parametrizations
-or two hooks of one target, or an initialization after a parametrization, fail before any
-work, naming both parts.
+parametrization, a hook over a hook (PyTorch chains hooks: the later one receives what the earlier
+returned, so ``attn.parts=[precond,my_hook]`` runs ``my_hook(precond(·))``). Two initializations
+(the later overwrites the earlier), two parametrizations of one target, or an initialization after
+a parametrization, fail before any work, naming both parts.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from omegaconf import OmegaConf
 from .registry import AttentionConfigError, Variant, build
 
 #: ``(earlier, later)`` ways of changing one target that compose.
-COMPOSABLE = {("init", "parametrize"), ("init", "hook"), ("parametrize", "hook")}
+COMPOSABLE = {("init", "parametrize"), ("init", "hook"), ("parametrize", "hook"), ("hook", "hook")}
 VERB = {"init": "initializes", "parametrize": "parametrizes", "hook": "rewrites in its forward hook"}
 
 

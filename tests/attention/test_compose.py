@@ -6,7 +6,7 @@ import pytest
 import torch
 from conftest import compose as compose_config
 from conftest import tiny_model
-from toy_variant import ScaleOut
+from toy_variant import ScaleOut, ShiftHeads
 
 from src import attention
 from src.attention import AttentionConfigError
@@ -41,6 +41,29 @@ def test_an_init_then_a_hook_compose_and_both_act():
     )
     assert [v.name for v in model.attention_variants] == ["mimetic", "precond"]
     assert all(hasattr(block.attn, "head_conditioner") for block in model.blocks)
+
+
+@pytest.fixture
+def shift_heads():
+    attention.register(ShiftHeads)
+    yield
+    del attention.VARIANTS["shift_heads"]
+
+
+def test_two_hooks_on_the_heads_output_chain_in_the_declared_order(shift_heads):
+    """precond then shift_heads: the projection sees ``precond(PV) + 0.25``, as a model with precond
+    and that pre-hook added by hand; the other order differs (precond equilibrates the shifted rows)."""
+    x = torch.randn(2, 3, 32, 32)
+    built = {}
+    for order in (["precond", "shift_heads"], ["shift_heads", "precond"]):
+        torch.manual_seed(0)
+        built[tuple(order)] = attention.apply(tiny_model("vit"), attention.compose(order)).eval()(x)
+    torch.manual_seed(0)
+    by_hand = attention.apply(tiny_model("vit"), "precond").eval()
+    for block in by_hand.blocks:
+        block.attn.proj.register_forward_pre_hook(lambda module, args: (args[0] + 0.25, *args[1:]))
+    torch.testing.assert_close(built[("precond", "shift_heads")], by_hand(x), rtol=0, atol=0)
+    assert not torch.allclose(built[("shift_heads", "precond")], built[("precond", "shift_heads")], atol=1e-3)
 
 
 @pytest.mark.parametrize(

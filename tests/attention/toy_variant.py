@@ -23,3 +23,17 @@ class ScaleOut(Variant):
     def modify(self, model, sites):
         for site in sites:
             site.out.weight.mul_(self.factor)
+
+
+@dataclass
+class ShiftHeads(Variant):
+    """A second hook on the heads' output (what precond rewrites, ``P``): adds ``shift`` to it
+    before the output projection, in a forward pre-hook on ``site.head_output``."""
+
+    name: ClassVar[str] = "shift_heads"
+    writes: ClassVar[dict[str, str]] = {"P": "hook"}
+    shift: float = 0.25
+
+    def modify(self, model, sites):
+        for site in sites:
+            site.head_output.register_forward_pre_hook(lambda module, args: (args[0] + self.shift, *args[1:]))
