@@ -275,6 +275,11 @@ SECTIONS: dict[str, Section] = {
 }
 
 
+def progress(line: str) -> None:
+    """A line on stderr while the check runs (where its sections' own output goes too)."""
+    print(line, file=sys.stderr, flush=True)
+
+
 def run(dry: bool, device: str, limits: dict[str, float], only: list[str] | None = None) -> dict[str, Any]:
     """Every section (or ``only`` these), timed; a section that raises records its error."""
     ctx = Context(dry, device, limits)
@@ -283,13 +288,13 @@ def run(dry: bool, device: str, limits: dict[str, float], only: list[str] | None
                               "torch": torch.__version__, "backbone": ctx.shape["backbone"],
                               "section_s": {}, "skipped": {}}  # fmt: skip
     started = time.perf_counter()
-    for name, section in SECTIONS.items():
-        if only and name not in only:
-            continue
+    chosen = [n for n in SECTIONS if not only or n in only]
+    for i, (name, section) in enumerate((n, SECTIONS[n]) for n in chosen):
         elapsed = time.perf_counter() - started
         if not dry and not section.checked and elapsed + section.expected_s > BUDGET_S:
             result["skipped"][name] = f"would end past the {BUDGET_S} s budget ({elapsed:.0f} s spent)"
             continue
+        progress(f"[{i + 1}/{len(chosen)}] {name} (at {elapsed:.0f} s)")  # minutes pass between them
         start = time.perf_counter()
         try:
             result[name] = section.run(ctx)

@@ -144,3 +144,16 @@ def test_bad_input_is_one_error_line_and_exit_2(argv, says, tmp_path, capsys):
     assert gpu_check.main([*argv, "--out", str(tmp_path / "x.json")]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("error: ") and says in line and not (tmp_path / "x.json").exists()
+
+
+def test_each_section_says_when_it_starts(monkeypatch, capsys):
+    """The check's minutes are not silent: a line per section on stderr, numbered, as it starts."""
+    ran = []
+    sections = {n: gpu_check.Section(lambda ctx, n=n: ran.append(n) or {}, 1, True) for n in ("a", "b")}
+    monkeypatch.setattr(gpu_check, "SECTIONS", sections)
+    limits = gpu_check.limits_from([], dry=True)
+    gpu_check.run(True, "cpu", limits, only=["b"])
+    gpu_check.run(True, "cpu", limits)
+    err = capsys.readouterr().err.splitlines()
+    assert ran == ["b", "a", "b"]
+    assert [line.split(" (")[0] for line in err] == ["[1/1] b", "[1/2] a", "[2/2] b"]
