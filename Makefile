@@ -19,7 +19,7 @@ COMMA := ,
 EXTRAS := dev$(if $(filter pip,$(DETECTION_BY)),$(COMMA)detection,)
 
 .DEFAULT_GOAL := help
-.PHONY: help install detection run test test-slow test-full test-timm bench gpu-check docs docs-check lint clean
+.PHONY: help install detection run test test-slow test-full test-timm bench gpu-check docs docs-serve docs-check lint clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  %-10s %s\n", $$1, $$2}'
@@ -72,6 +72,9 @@ gpu-check: ## the GPU check (< 8 min on one GPU): fails on a stated threshold â†
 
 docs: ## build the docs site into site/ (mkdocs-material; --strict: a broken link fails)
 	NO_MKDOCS_2_WARNING=1 $(PYTHON) -m mkdocs build --strict
+
+docs-serve: ## serve the docs at http://127.0.0.1:8000/, rebuilt on save (search needs this: it is dead from file://)
+	NO_MKDOCS_2_WARNING=1 $(PYTHON) -m mkdocs serve
 
 docs-check: docs ## screenshot the landing page and a long page into outputs/docs-screenshots/ (apt-get install chromium-headless-shell)
 	$(PYTHON) docs/screenshots.py site outputs/docs-screenshots

@@ -6,11 +6,14 @@ with --strict (a broken link, a missing anchor or a page left out of the nav fai
 from __future__ import annotations
 
 import dataclasses
+import html
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import textwrap
 
 import pytest
 from conftest import ROOT
@@ -66,6 +69,20 @@ def test_the_docs_site_builds_strict(tmp_path):
     api = (tmp_path / "site" / "api" / "index.html").read_text()
     for name in ("src.attention.apply", "src.engine.task.Task", "src.engine.task.Task.train_loss"):
         assert f'id="{name}"' in api, f"docs/api.md does not render {name}"
+    site = tmp_path / "site"
+    for page in site.rglob("*.html"):  # offline: every script, style, font and image is the site's own
+        loads = r'<(?:script|img)[^>]*\bsrc="([^"]+)"|<link[^>]*\bhref="([^"]+)"'
+        fetched = re.findall(loads, page.read_text())
+        remote = [url for pair in fetched for url in pair if re.match(r"(https?:)?//", url)]
+        assert not remote, f"{page.relative_to(site)} loads {remote[0]} from another host"
+    home = html.unescape(re.sub(r"<[^>]+>", "", (site / "index.html").read_text()))
+    readme = (ROOT / "README.md").read_text()
+    for name in ("families", "variants", "verdicts"):  # the README's tables, included (docs/index.md)
+        section = readme.split(f"[start:{name}]", 1)[1].split(f"[end:{name}]", 1)[0]
+        for row in (line for line in section.splitlines() if line.startswith("| ") and "| --- |" not in line):
+            for cell in row.strip("| ").split(" | "):
+                text = re.sub(r"`|\*\*", "", cell)
+                assert text in home, f"the home page lacks the README's {name} cell {text!r}"
 
 
 def test_methods_has_a_section_per_variant_and_the_code_cites_it():
@@ -111,3 +128,51 @@ def test_the_site_screenshots_show_the_landing_page_and_a_long_page(tmp_path):
         image = Image.open(png).convert("RGB")
         assert image.size == (width, height)
         assert len(image.getcolors(maxcolors=1 << 20) or range(1 << 20)) > 50, f"{png} is blank"
+
+
+RUNNABLE = "<!-- runnable: tests/test_docs.py runs this block as shown -->"
+
+
+def runnable_blocks() -> list[tuple[str, str]]:
+    """``(page:line, code)`` of every python block marked :data:`RUNNABLE` under docs/."""
+    blocks = []
+    for page in sorted((ROOT / "docs").glob("*.md")):
+        lines = page.read_text().splitlines()
+        for i, line in enumerate(lines):
+            if line.strip() == RUNNABLE:
+                assert lines[i + 1] == "```python", f"{page.name}:{i + 1}: the mark is above no python block"
+                end = lines.index("```", i + 2)
+                blocks.append((f"{page.name}:{i + 2}", "\n".join(lines[i + 2 : end])))
+    return blocks
+
+
+def test_the_docs_python_snippets_marked_runnable_run_as_shown():
+    """Each marked block runs in a fresh namespace, imports included (one interpreter, so torch
+    loads once); a block that needs a name it does not import, or whose assert fails, names its
+    page and line."""
+    blocks = runnable_blocks()
+    assert {where.split(":")[0] for where, _ in blocks} >= {"extending.md", "variants.md"}
+    driver = textwrap.dedent(
+        """
+        import json, sys, traceback
+        failed = []
+        for where, code in json.load(sys.stdin):
+            try:
+                exec(compile(code, where, "exec"), {"__name__": "__snippet__"})
+            except BaseException:
+                failed.append(where + ": " + traceback.format_exc(limit=-1).strip().splitlines()[-1])
+        print("\\n".join(failed))
+        """
+    )
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", driver],
+        input=json.dumps(blocks),
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "", done.stdout
