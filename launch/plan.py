@@ -336,6 +336,24 @@ def as_text(node: Any) -> str:
         return OmegaConf.to_yaml(node)
 
 
+def step_key(cfg: Any) -> tuple[str, str, str, str]:
+    """What one step's cost (:func:`launch.tools.flops.step_cost`) depends on: the task's and the
+    backbone's config and the variant's, where a variant changes what a step computes. One that
+    only writes weights at initialization (every target ``init``: ``cond_init``, ``mimetic``) or
+    changes nothing (``standard``) runs the backbone's own step, and on the meta device it writes
+    nothing: those share one count, the same numbers each would get by itself."""
+    from src.attention import variant_from_config
+
+    variant = as_text(cfg.attn)
+    try:
+        parts = getattr(chosen := variant_from_config(cfg.attn), "parts", (chosen,))
+        if all(how == "init" for part in parts for how in part.touches().values()):
+            variant = "the backbone's own step"
+    except Exception:  # noqa: BLE001  a config the count refuses in its own words (its note)
+        pass
+    return str(cfg.task.name), as_text(cfg.task), as_text(cfg.backbone), variant
+
+
 def plan(
     arguments: list[str],
     gpu: str = DEFAULT_GPU,
@@ -355,7 +373,7 @@ def plan(
         cfg = compose(overrides)
         check_job(cfg, overrides)  # what src.run refuses (trainer.max_steps=-5) has no hours
         key = (str(cfg.task.name), str(cfg.backbone.name), str(cfg.attn.variant), global_batch(cfg))
-        same = (key[0], as_text(cfg.task), as_text(cfg.backbone), as_text(cfg.attn))  # a seed changes nothing
+        same = step_key(cfg)  # a seed changes nothing, nor does a variant that only initializes
         if same not in costs:
             costs[same] = step_cost(cfg)
         params, flops, kernels, note = costs[same]

@@ -29,7 +29,14 @@ from launch.plan import (
     reference_row,
     totals,
 )
-from launch.tools.flops import count_flops, count_step, forward_flops, model_and_inputs, step_cost
+from launch.tools.flops import (
+    count_flops,
+    count_step,
+    forward_backward,
+    forward_flops,
+    model_and_inputs,
+    step_cost,
+)
 from src.configs import compose
 from src.engine.record import checkpoint
 
@@ -67,6 +74,61 @@ def test_a_built_model_counts_as_its_timm_name():
     with torch.device("meta"):
         model = timm.create_model("vit_small_patch16_224", pretrained=False)
     assert forward_flops(model) == forward_flops("vit_small_patch16_224")
+
+
+def test_one_pass_counts_what_torchs_flop_counter_and_a_kernel_counter_count():
+    """count_step's single dispatch mode against torch's FlopCounterMode with a counter of the
+    non-view operations stacked inside it (the plan's two counters before they became one), on a
+    ViT's forward and backward on meta: the same FLOPs and the same launches."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils.flop_counter import FlopCounterMode
+
+    class Ops(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.n = getattr(self, "n", 0) + (not getattr(func, "is_view", False))
+            return func(*args, **(kwargs or {}))
+
+    def fresh():
+        with torch.device("meta"):
+            model = VisionTransformer(img_size=32, patch_size=8, embed_dim=64, depth=2, num_heads=2)
+        return model, (torch.zeros(1, 3, 32, 32, device="meta"),)
+
+    with FlopCounterMode(display=False) as flops, Ops() as ops:
+        forward_backward(*fresh())
+    assert count_step(lambda: forward_backward(*fresh())) == (flops.get_total_flops(), ops.n) != (0, 0)
+
+
+def test_a_variant_that_only_initializes_shares_the_backbones_count():
+    """cond_init and mimetic write weights once, at init (on meta: nothing): a step computes what
+    standard's does, so the plan counts it once for the three; each counted alone agrees."""
+    cfgs = {v: compose([f"attn={v}"]) for v in ("standard", "cond_init", "mimetic", "precond")}
+    keys = {v: planner.step_key(cfg) for v, cfg in cfgs.items()}
+    assert keys["cond_init"] == keys["mimetic"] == keys["standard"] != keys["precond"]
+    assert step_cost(cfgs["cond_init"]) == step_cost(cfgs["mimetic"]) == step_cost(cfgs["standard"])
+
+
+GOLDEN = ROOT / "tests/launch/data/plan_imagenet.txt"  # the ImageNet plan as main printed it at 62cfa6b
+
+
+def test_the_imagenet_rows_are_the_ones_printed_before_the_speed_up(capsys):
+    """ViT-B's six rows of ``launch.plan experiment=paper/imagenet`` (the full table: the slow test
+    below) are, character for character, those the plan printed before it counted each distinct
+    step once and in one pass."""
+    assert main(["experiment=paper/imagenet", "backbone=vit_base"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| imagenet |")]
+    golden = [line for line in GOLDEN.read_text().splitlines() if line.startswith("| imagenet | vit_base |")]
+    assert len(rows) == 6 and rows == golden
+
+
+@pytest.mark.slow
+def test_the_imagenet_table_is_the_one_printed_before_the_speed_up():
+    done = subprocess.run(
+        [sys.executable, "-m", "launch.plan", "experiment=paper/imagenet"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0 and done.stdout == GOLDEN.read_text()
 
 
 def test_storage_is_what_the_suites_checkpoint_code_writes(tmp_path):
@@ -110,7 +172,7 @@ def test_steps_hours_and_a_measured_step_time():
         row.steps * (row.flops_per_step / 156e12 + row.launches_per_step * LAUNCH_S) / 3600
     )
     assert row.flops_per_step == pytest.approx(1024 * 3 * 2 * 17.6e9, rel=0.05)  # backward ≈ 2 × forward
-    kernels = next(cost[2] for key, cost in costs.items() if "variant: standard" in key[3])
+    kernels = costs[planner.step_key(compose([*args[:2], "attn=standard"]))][2]
     assert row.launches_per_step == 8 * kernels  # 8 processes × 1 micro-batch of 128
     bare = {"seconds_per_step": {"vit_base/spectral": 0.5}}
     timed = plan(args, measured=bare, costs=costs)
