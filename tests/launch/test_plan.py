@@ -334,3 +334,38 @@ def test_help_names_the_gpus_and_the_mfus_source(capsys):
         main(["--help"])
     out = capsys.readouterr().out
     assert done.value.code == 0 and "A100-SXM" in out and "--references" in out and str(DEFAULT_MFU) in out
+
+
+def test_a_cpu_sized_sweep_gets_a_cpu_estimate_that_scales_with_steps_and_runs(capsys):
+    """digits' runs take seconds on a core: the plan adds their CPU time (steps × (FLOPs at
+    CPU_FLOP_S + launches at CPU_LAUNCH_S)), twice the steps and twice the runs four times it, and
+    the sweep's wall time at the cores given; ImageNet's (the golden table) gets none."""
+    costs: dict = {}
+    (short_run,) = plan(["trainer.max_steps=100", "seed=0"], costs=costs)
+    (long_runs,) = plan(["trainer.max_steps=200", "seed=0,1"], costs=costs)
+    assert long_runs.runs == 2 and long_runs.cpu_seconds() == pytest.approx(2 * short_run.cpu_seconds())
+    assert short_run.cpu_seconds() == pytest.approx(
+        100
+        * (short_run.flops_per_step / planner.CPU_FLOP_S + short_run.launches_per_step * planner.CPU_LAUNCH_S)
+    )
+    assert planner.cpu_sized([long_runs]) and not planner.cpu_sized(
+        [Row("a", "b", "c", 1, 1, 1e15, 10**6, 1, 1.0)]  # a PFLOP a step, a million steps
+    )
+    total = planner.cpu_table([long_runs], cores=4).splitlines()[-1]
+    each = long_runs.cpu_seconds()
+    assert total.endswith(f"| {planner.minutes(2 * each)}: {planner.minutes(each)} at 2 cores |")
+
+    assert main(["-m", "attn=standard,precond", "seed=0,1,2"]) == 0
+    out = capsys.readouterr().out
+    assert "On this machine's CPU" in out and f"{planner.CPU_FLOP_S / 1e9:g} GFLOP/s" in out
+    assert "On this machine's CPU" not in GOLDEN.read_text()
+
+
+def test_the_cpu_rate_is_what_the_suites_timed_runs_imply():
+    """CPU_FLOP_S: the geometric mean of the rates at which the plan's rows for CPU_REFERENCES
+    take their stated times; each reference within a factor 1.5 of its time at that rate."""
+    costs: dict = {}
+    assert planner.cpu_rate(costs) == pytest.approx(planner.CPU_FLOP_S, rel=0.02)
+    for ref in planner.CPU_REFERENCES:
+        (row,) = plan(list(ref.overrides), costs=costs)
+        assert 1 / 1.5 < row.cpu_seconds() / ref.seconds < 1.5
