@@ -24,6 +24,7 @@ say so.
 from __future__ import annotations
 
 import copy
+import functools
 from typing import Any
 
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -44,12 +45,10 @@ class StepCount(TorchDispatchMode):
         self.ops, self.flops, self.formulas, self.inside = 0, 0, flop_registry, False
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-        import torch
-
         kwargs = kwargs or {}
         if not self.inside and not getattr(func, "is_view", False):
             self.ops += 1
-        if func not in self.formulas and func is not torch.ops.prim.device.default:  # FlopCounterMode's rule
+        if func not in self.formulas and decomposes(func):  # FlopCounterMode's rule
             outer, self.inside = self.inside, True
             try:
                 with self:
@@ -63,6 +62,18 @@ class StepCount(TorchDispatchMode):
         if formula is not None:
             self.flops += formula(*args, **kwargs, out_val=out)
         return out
+
+
+@functools.cache
+def decomposes(func: Any) -> bool:
+    """Whether ``func.decompose`` can split the aten operation ``func`` into others (its rule,
+    asked once per operation rather than tried at every call; ``prim.device`` is never split)."""
+    import torch
+
+    if func is torch.ops.prim.device.default:
+        return False
+    key = torch._C.DispatchKey.CompositeImplicitAutograd
+    return key in func.py_kernels or torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), key)
 
 
 def count_step(step: Any) -> tuple[int, int]:
