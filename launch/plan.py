@@ -4,7 +4,8 @@
     python -m launch.plan experiment=paper/glue task=mlm seed=0 --gpu A100-SXM --gpus 64
     python -m launch.plan -m task=digits attn=standard,spectral seed=0,1,2 --measured gpu_check.json
     python -m launch.plan --all --gpu H100-SXM        # every paper table, and their total
-    python -m launch.plan --references                # the MFU the published costs imply
+    python -m launch.plan --references                # the MFU the published costs imply, the CPU rate
+    python -m launch.plan -m attn=standard,precond seed=0,1,2   # a CPU-sized sweep: its CPU time too
 
 The grid is the one ``python -m src.run -m <the same overrides>`` runs (Hydra's basic sweeper over
 the experiment's ``hydra.sweeper.params`` and the command line's lists, expanded as
@@ -32,6 +33,11 @@ without data and without training:
   its record's rows (:data:`RECORD_ROW_BYTES` per row, **[reading]**).
 - **wall time**: a run on the GPUs its ``resources`` ask for, and the whole sweep at ``--gpus N``,
   both at perfect scaling (**[reading]**: a lower bound).
+- **CPU time**, where every run is CPU-sized (:func:`cpu_sized`: at most :data:`CPU_SIZED_S` on
+  one core): each run on one core at steps × (FLOPs / :data:`CPU_FLOP_S` + launches ×
+  :data:`CPU_LAUNCH_S`), the rate fitted to the suite's own timed runs (:data:`CPU_REFERENCES`,
+  ``--references``), and the sweep's wall time with one run a core on the cores this process may
+  use (:func:`cpu_table`).
 
 Where a paper states its compute (a reference's :attr:`Reference.rows`), the row shows it beside
 ours on its GPU. No task is named here: what a task's runs need (its training set's size, its
@@ -134,6 +140,45 @@ TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
 RECORD_ROW_BYTES = 400
 
 
+@dataclass(frozen=True)
+class CpuReference:
+    """A run of the suite timed on one CPU core: its overrides, its seconds, where that is stated."""
+
+    name: str
+    overrides: tuple[str, ...]
+    seconds: float
+    source: str
+
+
+#: The suite's own runs timed on the 2-core machine it is developed on (``trainer.threads=1``, one
+#: core, beside another job), which the CPU estimate is fitted to (:func:`cpu_rate`).
+CPU_REFERENCES: tuple[CpuReference, ...] = (
+    CpuReference(
+        "digits 500 steps",
+        ("experiment=readings/digits", "reading=standard", "seed=0"),
+        11.0,
+        "conf/experiment/readings/digits.yaml: 11 s a run, one thread per run",
+    ),
+    CpuReference(
+        "lm_char 1,000 steps",
+        ("experiment=budgets/lm_char_1000", "reading=standard", "seed=200"),
+        180.0,
+        "conf/experiment/budgets/lm_char_1000.yaml: about 3 minutes a run on one core",
+    ),
+)
+#: **[reading]** host seconds per aten operation of an eager step on one of the suite's CPU cores:
+#: the 25 µs measured for a whole bare step of a tiny ViT (:data:`LAUNCH_S`'s measurement).
+CPU_LAUNCH_S = 25e-6
+#: One core's FLOP/s in the suite's loop, as the CPU references' times imply with
+#: :data:`CPU_LAUNCH_S` (their geometric mean, :func:`cpu_rate`; a test holds it to it): digits
+#: 53 GFLOP/s, lm_char 67. It covers what a step does beside its forward and backward (AdamW,
+#: the batch, validation and the record at the runs' own intervals).
+CPU_FLOP_S = 60e9
+#: A sweep is CPU-sized where every one of its runs takes at most this long on one core: then
+#: the plan adds its CPU estimate (:func:`cpu_table`).
+CPU_SIZED_S = 3600.0
+
+
 @dataclass
 class Row:
     """One distinct run of the sweep (its seeds are ``runs``) and what it costs."""
@@ -152,6 +197,13 @@ class Row:
     source: str = ""
     note: str = ""
     paper: str = ""
+
+    def cpu_seconds(self) -> float | None:
+        """Seconds of the whole run on one CPU core (``trainer.threads=1``): its steps at
+        :data:`CPU_FLOP_S` and :data:`CPU_LAUNCH_S` a launch."""
+        if self.flops_per_step is None or self.steps is None:
+            return None
+        return self.steps * (self.flops_per_step / CPU_FLOP_S + (self.launches_per_step or 0) * CPU_LAUNCH_S)
 
     def step_seconds(self, peak: float, mfu: float, launch_s: float) -> float | None:
         """GPU-seconds of one optimizer step: its FLOPs at ``mfu`` of ``peak``, plus its launches."""
@@ -336,6 +388,24 @@ def as_text(node: Any) -> str:
         return OmegaConf.to_yaml(node)
 
 
+def step_key(cfg: Any) -> tuple[str, str, str, str]:
+    """What one step's cost (:func:`launch.tools.flops.step_cost`) depends on: the task's and the
+    backbone's config and the variant's, where a variant changes what a step computes. One that
+    only writes weights at initialization (every target ``init``: ``cond_init``, ``mimetic``) or
+    changes nothing (``standard``) runs the backbone's own step, and on the meta device it writes
+    nothing: those share one count, the same numbers each would get by itself."""
+    from src.attention import variant_from_config
+
+    variant = as_text(cfg.attn)
+    try:
+        parts = getattr(chosen := variant_from_config(cfg.attn), "parts", (chosen,))
+        if all(how == "init" for part in parts for how in part.touches().values()):
+            variant = "the backbone's own step"
+    except Exception:  # noqa: BLE001  a config the count refuses in its own words (its note)
+        pass
+    return str(cfg.task.name), as_text(cfg.task), as_text(cfg.backbone), variant
+
+
 def plan(
     arguments: list[str],
     gpu: str = DEFAULT_GPU,
@@ -355,7 +425,7 @@ def plan(
         cfg = compose(overrides)
         check_job(cfg, overrides)  # what src.run refuses (trainer.max_steps=-5) has no hours
         key = (str(cfg.task.name), str(cfg.backbone.name), str(cfg.attn.variant), global_batch(cfg))
-        same = (key[0], as_text(cfg.task), as_text(cfg.backbone), as_text(cfg.attn))  # a seed changes nothing
+        same = step_key(cfg)  # a seed changes nothing, nor does a variant that only initializes
         if same not in costs:
             costs[same] = step_cost(cfg)
         params, flops, kernels, note = costs[same]
@@ -437,6 +507,71 @@ def references_table(mfu: float, launch_s: float) -> str:
             f"| {ref.name} | {ref.gpu} | {ref.hours:g} | {hours} | {ratio} | {implied:.3f} | {ref.source} |"
         )
     lines.append(f"\ngeometric mean: MFU {derived_mfu(launch_s, costs):.3f} (the default: {DEFAULT_MFU})")
+    launch = f"{CPU_LAUNCH_S * 1e6:g} µs"
+    lines += [
+        f"\n| CPU reference | steps | seconds | plan's seconds | GFLOP/s it implies ({launch} a launch) |"
+        " source |",
+        "|---|---|---|---|---|---|",
+    ]
+    for ref in CPU_REFERENCES:
+        (row,) = plan(list(ref.overrides), costs=costs)
+        implied, ours = cpu_rate(costs, (ref,)) / 1e9, row.cpu_seconds()
+        lines.append(
+            f"| {ref.name} | {row.steps:,} | {ref.seconds:g} | {ours:.3g} | {implied:.3g} | {ref.source} |"
+        )
+    rate = cpu_rate(costs) / 1e9
+    lines.append(f"\ngeometric mean: {rate:.3g} GFLOP/s a core (the default: {CPU_FLOP_S / 1e9:g})")
+    return "\n".join(lines)
+
+
+def cpu_rate(costs: dict | None = None, references: tuple[CpuReference, ...] = CPU_REFERENCES) -> float:
+    """The FLOP/s of one core at which the plan's rows for ``references`` take their measured
+    times (the geometric mean over them), with :data:`CPU_LAUNCH_S` a launch."""
+    rates = []
+    for ref in references:
+        (row,) = plan(list(ref.overrides), costs=costs)
+        launches = row.steps * (row.launches_per_step or 0) * CPU_LAUNCH_S
+        rates.append(row.flops_per_step * row.steps / (ref.seconds - launches))
+    return math.exp(sum(math.log(r) for r in rates) / len(rates))
+
+
+def cpu_cores() -> int:
+    """The CPU cores this process may run on (its affinity): the runs of a CPU sweep, side by side."""
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def cpu_sized(rows: list[Row]) -> bool:
+    """Every run of ``rows`` is counted and takes at most :data:`CPU_SIZED_S` on one core."""
+    return bool(rows) and all((r.cpu_seconds() or math.inf) <= CPU_SIZED_S for r in rows)
+
+
+def minutes(seconds: float) -> str:
+    """``seconds`` for the eye: seconds up to 2 minutes, minutes up to 2 hours, then hours."""
+    if seconds < 120:
+        return f"{seconds:.3g} s"
+    return f"{short(seconds / 60)} min" if seconds < 7200 else f"{short(seconds / 3600)} h"
+
+
+def cpu_table(rows: list[Row], cores: int) -> str:
+    """The CPU estimate of a CPU-sized sweep: each row's run on one core, and the sweep's wall time
+    with one run per core on ``cores`` (at most one per run; no faster than its longest run)."""
+    lines = [
+        "| task | backbone | attn | runs | steps | CPU ms/step | CPU/run | CPU |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        each = r.cpu_seconds() or 0.0
+        lines.append(
+            f"| {r.task} | {r.backbone} | {r.attn} | {r.runs} | {r.steps:,} | {1e3 * each / r.steps:.3g} "
+            f"| {minutes(each)} | {minutes(each * r.runs)} |"
+        )
+    total = sum((r.cpu_seconds() or 0.0) * r.runs for r in rows)
+    runs = sum(r.runs for r in rows)
+    used = min(cores, runs)
+    wall = max(total / used, max(r.cpu_seconds() or 0.0 for r in rows))
+    lines.append(f"| **total** |  |  | {runs} |  |  |  | {minutes(total)}: {minutes(wall)} at {used} cores |")
     return "\n".join(lines)
 
 
@@ -588,10 +723,15 @@ def print_plan(args: argparse.Namespace) -> int:
     for name, each in sweeps:
         precheck(["-m", *each])  # src.run's refusals: a key no config has (did you mean …), …
         plans.append((name, plan(each, args.gpu, args.mfu, measured, launch_s, costs)))
+    cores = cpu_cores()
+    on_cpu = False
     for name, rows in plans:
         if len(plans) > 1:
             print(f"\n## {name}\n")
         print(table(rows, args.gpus))
+        if cpu_sized(rows):
+            on_cpu = True
+            print(f"\nOn this machine's CPU (one run a core, trainer.threads=1):\n\n{cpu_table(rows, cores)}")
     if len(plans) > 1:
         print(f"\n## total\n\n{totals(plans, args.gpus, args.gpu)}")
     source = f"measured step times ({measured.get('gpu', '?')}) where marked, else " if measured else ""
@@ -601,6 +741,13 @@ def print_plan(args: argparse.Namespace) -> int:
         f" + launches × {launch_s * 1e6:.3g} µs"
     )
     print(f"  {args.gpu}: {GPUS[args.gpu][1]}; MFU default {DEFAULT_MFU}: {MFU_SOURCE}")
+    if on_cpu:
+        fitted = ", ".join(r.name for r in CPU_REFERENCES)
+        print(
+            f"CPU time: steps × (FLOPs / {CPU_FLOP_S / 1e9:g} GFLOP/s + launches × {CPU_LAUNCH_S * 1e6:g} µs)"
+            f" on one core, fitted to the suite's timed runs ({fitted}: --references); wall time at the"
+            f" {cores} cores this process may use"
+        )
     return 0
 
 

@@ -5,14 +5,14 @@ the backbone's ``model`` node with the task's :meth:`~src.engine.task.Task.model
 ``cfg.attn``'s variant applied where that works on meta); one sample's forward and backward
 (:meth:`~src.engine.task.Task.example_inputs`) run under two counters:
 
-- :class:`torch.utils.flop_counter.FlopCounterMode`: FLOPs of matmul-like operations (a
-  multiply-add counts 2). A variant's decompositions (SVD, eigenvalues), the optimizer and the
-  data pipeline are not in it.
-- :class:`KernelCount`: the aten operations that run a kernel (every operation but views), the
-  launches a GPU waits on when a step is too small to fill it (:mod:`launch.plan` prices each
-  at a host cost per launch). **[reading]** One aten operation is one kernel launch; on meta,
-  SDPA runs its math form (about 8 operations a layer where a GPU's fused kernel is 2), so a
-  ViT's count is about 15% high.
+- FLOPs of matmul-like operations (a multiply-add counts 2), by the formulas and the rule of
+  :class:`torch.utils.flop_counter.FlopCounterMode` (:class:`StepCount`). A variant's
+  decompositions (SVD, eigenvalues), the optimizer and the data pipeline are not in it.
+- The aten operations that run a kernel (every operation but views), the launches a GPU waits
+  on when a step is too small to fill it (:mod:`launch.plan` prices each at a host cost per
+  launch). **[reading]** One aten operation is one kernel launch; on meta, SDPA runs its math
+  form (about 8 operations a layer where a GPU's fused kernel is 2), so a ViT's count is about
+  15% high.
 
 A model that cannot run on meta (``torch.autocast`` knows no meta device: the Nyströmformer)
 runs on fake CPU tensors, which hold no data either. No task is named here: masked-LM
@@ -24,33 +24,63 @@ say so.
 from __future__ import annotations
 
 import copy
+import functools
 from typing import Any
 
 from torch.utils._python_dispatch import TorchDispatchMode
 
 
-class KernelCount(TorchDispatchMode):
-    """Counts the aten operations dispatched inside it that run a kernel (views excluded)."""
+class StepCount(TorchDispatchMode):
+    """Counts, in one pass, the aten operations dispatched inside it that run a kernel (views
+    excluded) and their FLOPs as :class:`torch.utils.flop_counter.FlopCounterMode` counts its
+    total: an operation without a formula is decomposed where it can be and its parts counted
+    (``ops`` counts the operation autograd dispatched, not its parts). One mode where the two
+    counters stacked took twice the Python dispatch per operation (and FlopCounterMode's
+    per-module bookkeeping, which a total does not need)."""
 
     def __init__(self) -> None:
+        from torch.utils.flop_counter import flop_registry
+
         super().__init__()
-        self.ops = 0
+        self.ops, self.flops, self.formulas, self.inside = 0, 0, flop_registry, False
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-        if not getattr(func, "is_view", False):
+        kwargs = kwargs or {}
+        if not self.inside and not getattr(func, "is_view", False):
             self.ops += 1
-        return func(*args, **(kwargs or {}))
+        if func not in self.formulas and decomposes(func):  # FlopCounterMode's rule
+            outer, self.inside = self.inside, True
+            try:
+                with self:
+                    parts = func.decompose(*args, **kwargs)
+            finally:
+                self.inside = outer
+            if parts is not NotImplemented:
+                return parts
+        out = func(*args, **kwargs)
+        formula = self.formulas.get(func._overloadpacket)
+        if formula is not None:
+            self.flops += formula(*args, **kwargs, out_val=out)
+        return out
+
+
+@functools.cache
+def decomposes(func: Any) -> bool:
+    """Whether ``func.decompose`` can split the aten operation ``func`` into others (its rule,
+    asked once per operation rather than tried at every call; ``prim.device`` is never split)."""
+    import torch
+
+    if func is torch.ops.prim.device.default:
+        return False
+    key = torch._C.DispatchKey.CompositeImplicitAutograd
+    return key in func.py_kernels or torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), key)
 
 
 def count_step(step: Any) -> tuple[int, int]:
     """``(FLOPs, kernel launches)`` of ``step()``, a callable running one forward and backward."""
-    from torch.utils.flop_counter import FlopCounterMode
-
-    # the kernel counter innermost: it sees the operations autograd dispatches, before the FLOP
-    # counter decomposes those it has no formula for into many smaller ones
-    with FlopCounterMode(display=False) as flops, KernelCount() as kernels:
+    with StepCount() as counted:
         step()
-    return int(flops.get_total_flops()), kernels.ops
+    return int(counted.flops), counted.ops
 
 
 def count_flops(model: Any, inputs: tuple, backward: bool = False) -> int:

@@ -62,6 +62,8 @@ class CondInit(Variant):
     @torch.no_grad()
     def modify(self, model: nn.Module, sites: list[AttentionSite]) -> None:
         for site in sites:
+            if site.v.raw().is_meta:  # no values to initialise (a plan counts the model on meta)
+                continue
             h, d, dim = site.num_heads, site.head_dim, site.dim
             for proj in (site.q, site.k):
                 w = semi_orthogonal(h, dim, d)  # (H, D, d), WᵀW = I_d

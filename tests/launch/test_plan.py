@@ -29,7 +29,14 @@ from launch.plan import (
     reference_row,
     totals,
 )
-from launch.tools.flops import count_flops, count_step, forward_flops, model_and_inputs, step_cost
+from launch.tools.flops import (
+    count_flops,
+    count_step,
+    forward_backward,
+    forward_flops,
+    model_and_inputs,
+    step_cost,
+)
 from src.configs import compose
 from src.engine.record import checkpoint
 
@@ -67,6 +74,61 @@ def test_a_built_model_counts_as_its_timm_name():
     with torch.device("meta"):
         model = timm.create_model("vit_small_patch16_224", pretrained=False)
     assert forward_flops(model) == forward_flops("vit_small_patch16_224")
+
+
+def test_one_pass_counts_what_torchs_flop_counter_and_a_kernel_counter_count():
+    """count_step's single dispatch mode against torch's FlopCounterMode with a counter of the
+    non-view operations stacked inside it (the plan's two counters before they became one), on a
+    ViT's forward and backward on meta: the same FLOPs and the same launches."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils.flop_counter import FlopCounterMode
+
+    class Ops(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.n = getattr(self, "n", 0) + (not getattr(func, "is_view", False))
+            return func(*args, **(kwargs or {}))
+
+    def fresh():
+        with torch.device("meta"):
+            model = VisionTransformer(img_size=32, patch_size=8, embed_dim=64, depth=2, num_heads=2)
+        return model, (torch.zeros(1, 3, 32, 32, device="meta"),)
+
+    with FlopCounterMode(display=False) as flops, Ops() as ops:
+        forward_backward(*fresh())
+    assert count_step(lambda: forward_backward(*fresh())) == (flops.get_total_flops(), ops.n) != (0, 0)
+
+
+def test_a_variant_that_only_initializes_shares_the_backbones_count():
+    """cond_init and mimetic write weights once, at init (on meta: nothing): a step computes what
+    standard's does, so the plan counts it once for the three; each counted alone agrees."""
+    cfgs = {v: compose([f"attn={v}"]) for v in ("standard", "cond_init", "mimetic", "precond")}
+    keys = {v: planner.step_key(cfg) for v, cfg in cfgs.items()}
+    assert keys["cond_init"] == keys["mimetic"] == keys["standard"] != keys["precond"]
+    assert step_cost(cfgs["cond_init"]) == step_cost(cfgs["mimetic"]) == step_cost(cfgs["standard"])
+
+
+GOLDEN = ROOT / "tests/launch/data/plan_imagenet.txt"  # the ImageNet plan as main printed it at 62cfa6b
+
+
+def test_the_imagenet_rows_are_the_ones_printed_before_the_speed_up(capsys):
+    """ViT-B's six rows of ``launch.plan experiment=paper/imagenet`` (the full table: the slow test
+    below) are, character for character, those the plan printed before it counted each distinct
+    step once and in one pass."""
+    assert main(["experiment=paper/imagenet", "backbone=vit_base"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| imagenet |")]
+    golden = [line for line in GOLDEN.read_text().splitlines() if line.startswith("| imagenet | vit_base |")]
+    assert len(rows) == 6 and rows == golden
+
+
+@pytest.mark.slow
+def test_the_imagenet_table_is_the_one_printed_before_the_speed_up():
+    done = subprocess.run(
+        [sys.executable, "-m", "launch.plan", "experiment=paper/imagenet"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0 and done.stdout == GOLDEN.read_text()
 
 
 def test_storage_is_what_the_suites_checkpoint_code_writes(tmp_path):
@@ -110,7 +172,7 @@ def test_steps_hours_and_a_measured_step_time():
         row.steps * (row.flops_per_step / 156e12 + row.launches_per_step * LAUNCH_S) / 3600
     )
     assert row.flops_per_step == pytest.approx(1024 * 3 * 2 * 17.6e9, rel=0.05)  # backward ≈ 2 × forward
-    kernels = next(cost[2] for key, cost in costs.items() if "variant: standard" in key[3])
+    kernels = costs[planner.step_key(compose([*args[:2], "attn=standard"]))][2]
     assert row.launches_per_step == 8 * kernels  # 8 processes × 1 micro-batch of 128
     bare = {"seconds_per_step": {"vit_base/spectral": 0.5}}
     timed = plan(args, measured=bare, costs=costs)
@@ -272,3 +334,38 @@ def test_help_names_the_gpus_and_the_mfus_source(capsys):
         main(["--help"])
     out = capsys.readouterr().out
     assert done.value.code == 0 and "A100-SXM" in out and "--references" in out and str(DEFAULT_MFU) in out
+
+
+def test_a_cpu_sized_sweep_gets_a_cpu_estimate_that_scales_with_steps_and_runs(capsys):
+    """digits' runs take seconds on a core: the plan adds their CPU time (steps × (FLOPs at
+    CPU_FLOP_S + launches at CPU_LAUNCH_S)), twice the steps and twice the runs four times it, and
+    the sweep's wall time at the cores given; ImageNet's (the golden table) gets none."""
+    costs: dict = {}
+    (short_run,) = plan(["trainer.max_steps=100", "seed=0"], costs=costs)
+    (long_runs,) = plan(["trainer.max_steps=200", "seed=0,1"], costs=costs)
+    assert long_runs.runs == 2 and long_runs.cpu_seconds() == pytest.approx(2 * short_run.cpu_seconds())
+    assert short_run.cpu_seconds() == pytest.approx(
+        100
+        * (short_run.flops_per_step / planner.CPU_FLOP_S + short_run.launches_per_step * planner.CPU_LAUNCH_S)
+    )
+    assert planner.cpu_sized([long_runs]) and not planner.cpu_sized(
+        [Row("a", "b", "c", 1, 1, 1e15, 10**6, 1, 1.0)]  # a PFLOP a step, a million steps
+    )
+    total = planner.cpu_table([long_runs], cores=4).splitlines()[-1]
+    each = long_runs.cpu_seconds()
+    assert total.endswith(f"| {planner.minutes(2 * each)}: {planner.minutes(each)} at 2 cores |")
+
+    assert main(["-m", "attn=standard,precond", "seed=0,1,2"]) == 0
+    out = capsys.readouterr().out
+    assert "On this machine's CPU" in out and f"{planner.CPU_FLOP_S / 1e9:g} GFLOP/s" in out
+    assert "On this machine's CPU" not in GOLDEN.read_text()
+
+
+def test_the_cpu_rate_is_what_the_suites_timed_runs_imply():
+    """CPU_FLOP_S: the geometric mean of the rates at which the plan's rows for CPU_REFERENCES
+    take their stated times; each reference within a factor 1.5 of its time at that rate."""
+    costs: dict = {}
+    assert planner.cpu_rate(costs) == pytest.approx(planner.CPU_FLOP_S, rel=0.02)
+    for ref in planner.CPU_REFERENCES:
+        (row,) = plan(list(ref.overrides), costs=costs)
+        assert 1 / 1.5 < row.cpu_seconds() / ref.seconds < 1.5
