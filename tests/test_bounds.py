@@ -402,4 +402,4 @@ def test_a_restart_moves_the_superseded_runs_log_with_its_record(tmp_path, caplo
     assert (run / "superseded" / "1" / "run.log").read_text() == before
     now = (run / "run.log").read_text()
     assert now.count("] - done: ") == 1 and before not in now
-    assert now.splitlines()[-1].endswith("summary.json")
+    assert now.splitlines()[-1].endswith(f"{run}: summary.json, eval-test.json, checkpoints/best.pt")
