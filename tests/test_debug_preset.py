@@ -26,7 +26,7 @@ def test_fdr_runs_every_phase_writes_no_checkpoint_and_the_real_run_starts_at_st
     (summary,) = (tmp_path / "outputs" / "debug").glob("*/digits/vit_digits/precond/seed=0,*/summary.json")
     run = summary.parent
     assert json.loads(summary.read_text())["steps"] == 3
-    assert splits_by_step(run) == {"train": [1, 2, 3], "val": [1, 2, 3], "monitor": [0, 1, 2, 3]}
+    assert splits_by_step(run) == {"train": [1, 2, 3], "val": [0, 1, 2, 3], "monitor": [0, 1, 2, 3]}
     assert not list((tmp_path / "outputs").rglob("*.pt")) and not (tmp_path / "outputs" / "runs").exists()
 
     real = run_cli(command, cwd=tmp_path)

@@ -130,7 +130,7 @@ def test_a_rerun_with_another_config_refuses_naming_the_keys_and_leaves_the_reco
     assert summary["steps"] == 20 and summary["status"] == "completed"
     assert files(folder / "superseded" / "1") == before  # moved aside whole, never deleted
     assert OmegaConf.load(folder / "config.yaml").optim.lr == 0.01
-    assert [r["step"] for r in read_metrics(folder) if r["split"] == "val"] == [4, 8, 12, 16, 20]
+    assert [r["step"] for r in read_metrics(folder) if r["split"] == "val"] == [0, 4, 8, 12, 16, 20]
 
 
 def test_changed_code_resumes_with_one_warning_and_the_summary_lists_its_sessions(tmp_path, monkeypatch):
@@ -220,7 +220,7 @@ def test_a_failed_resume_appends_its_failure_and_keeps_the_summary(tmp_path, mon
 def test_a_run_killed_before_its_first_checkpoint_starts_its_rows_over(tmp_path):
     run(tmp_path, "whole", "trainer.checkpoint_every=100")
     folder = killed(tmp_path, "run", 13, "trainer.checkpoint_every=100")
-    assert [r["step"] for r in read_metrics(folder)] == [5, 5, 10, 10]
+    assert [r["step"] for r in read_metrics(folder)] == [0, 5, 5, 10, 10]  # val at 0 (val_at_start)
     assert not (folder / "checkpoints" / "last.pt").exists()  # best.pt may be: validation writes it
     run(tmp_path, "run", "trainer.checkpoint_every=100")
     assert comparable(folder) == comparable(tmp_path / "whole")  # rows 5-10 once, not twice

@@ -39,7 +39,7 @@ def test_a_short_run_writes_the_full_record(tmp_path):
     assert set(summary["final"]) == {"val/acc", "val/loss"} and summary["metric"] == "val/acc"
     rows = read_metrics(run)
     assert all({"step", "split"} <= set(r) for r in rows)
-    assert [r["step"] for r in rows if r["split"] == "val"] == [10, 20]
+    assert [r["step"] for r in rows if r["split"] == "val"] == [0, 10, 20]  # 0: trainer.val_at_start
     assert [r["step"] for r in rows if r["split"] == "monitor"] == [0, 10, 20]  # 0: the state at init
     assert all("kappa/W_Q/median" in r and "entropy/P/median" in r for r in rows if r["split"] == "monitor")
     train = [r for r in rows if r["split"] == "train"]

@@ -145,12 +145,13 @@ class Reported:
 def find_run_dirs(roots: Iterable[Path]) -> list[Path]:
     """Every run folder under ``roots`` (a root may itself be one): a folder with Hydra's
     ``.hydra/config.yaml``, or with the suite's ``config.yaml`` beside its metrics; folders
-    moved aside by ``trainer.resume=restart`` (``superseded/``) are not current runs."""
+    moved aside by ``trainer.resume=restart`` (``superseded/``) are not current runs, nor the copies
+    of a record a W&B run holds among its files (``wandb/<run>/files/record/``)."""
     found = set()
     for root in map(Path, roots):
         here = {p.parent.parent for p in root.glob("**/.hydra/config.yaml")}
         here |= {p.parent for p in root.glob("**/config.yaml") if (p.parent / "metrics.jsonl").exists()}
-        found |= {f for f in here if "superseded" not in f.relative_to(root).parts}
+        found |= {f for f in here if not {"superseded", "wandb"} & set(f.relative_to(root).parts)}
     return sorted(found)
 
 

@@ -24,6 +24,7 @@ CHANGED = {  # one new value for each key left out of the identity
     "trainer.nonfinite_limit_total": 5,
     "trainer.collapse_entropy": 0.5,
     "trainer.test_after": "best",
+    "trainer.val_at_start": False,
     "trainer.threads": 1,
     "trainer.device": "cpu",
     "trainer.compile": True,

@@ -107,7 +107,7 @@ def test_a_variant_that_only_initializes_shares_the_backbones_count():
     assert step_cost(cfgs["cond_init"]) == step_cost(cfgs["mimetic"]) == step_cost(cfgs["standard"])
 
 
-GOLDEN = ROOT / "tests/launch/data/plan_imagenet.txt"  # the ImageNet plan as main printed it at 62cfa6b
+GOLDEN = ROOT / "tests/launch/golden/plan_imagenet.txt"  # the ImageNet plan as main printed it at 62cfa6b
 
 
 def test_the_imagenet_rows_are_the_ones_printed_before_the_speed_up(capsys):

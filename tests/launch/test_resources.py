@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import CONF, QUIET
+from conftest import CONF, QUIET, make_image_folder
 from conftest import compose as compose_job
 from omegaconf import OmegaConf
 
@@ -45,7 +45,8 @@ def launcher_numbers(cfg) -> dict:
 def test_slurm_submits_each_task_at_the_size_its_file_declares(task, tmp_path):
     declared = yaml.safe_load((CONF / "task" / f"{task}.yaml").read_text())["resources"]
     assert set(declared) == set(LAUNCHER)
-    cfg = slurm_config([f"task={task}"], tmp_path)
+    folder = [f"task.data_dir={make_image_folder(tmp_path) / 'imagenet'}"] if task == "imagefolder" else []
+    cfg = slurm_config([f"task={task}", *folder], tmp_path)  # (imagefolder's recipe reads its folder)
     assert launcher_numbers(cfg) == declared
     assert cfg.hydra.launcher.tasks_per_node == declared["gpus_per_node"]  # one process per GPU
     check_world(cfg)  # every task's own size keeps its global batch

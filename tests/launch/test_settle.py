@@ -199,7 +199,7 @@ def test_settle_repeats_the_sweeps_own_command_with_new_seeds_and_the_report_sta
     # the same command again (after a kill, say): its plan, nothing launched
     again, out, err = main_in_process(settle_command.main, capsys, root, "--cap", "3", "--batch", "1")
     assert again == 0 and " more of " not in out, err[-2000:]
-    code, reported, _ = main_in_process(report.main, capsys, root)
+    code, reported, _ = main_in_process(report.main, capsys, root, "--print")  # report.md as printed
     assert code == 0
     assert "looks at 2 (0.0060/0.0164), 3 (0.0190/0.0336) seeds" in reported
     rows = reported.splitlines()
