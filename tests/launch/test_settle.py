@@ -220,7 +220,7 @@ def test_settle_repeats_the_sweeps_own_command_with_new_seeds_and_the_report_sta
         (a, s) for a in ("spectral", "standard") for s in (1000, 1001)
     ]
     assert {r.identity.without("stage").hash for r in fresh} == {r.experiment for r in runs}  # same settings
-    code, reported, _ = main_in_process(report.main, capsys, root)
+    code, reported, _ = main_in_process(report.main, capsys, root, "--print")
     assert code == 0
     assert any(
         line.startswith(
