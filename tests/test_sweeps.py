@@ -142,6 +142,12 @@ def compatible_pairs() -> list[tuple[str, str, DictConfig]]:
     return pairs
 
 
+#: tasks whose every two-step combination runs with the slow tests: imagefolder reads its folder as
+#: imagenet does (imagenet's combinations stay in the fast suite; tests/tasks/test_image_folder.py
+#: trains imagefolder end to end there), so the fast suite keeps under its 10 minutes
+SLOW_TRAINS = {"imagefolder"}
+
+
 def combinations(kind: str = "trains"):
     """Every compatible task × backbone × variant that :func:`kind_of` gives ``kind``. Slow: those
     on the meta device (about a second each) and a full-size one a family cannot build there (it
@@ -149,7 +155,8 @@ def combinations(kind: str = "trains"):
     for task, backbone, backbone_cfg in compatible_pairs():
         if kind_of(task, backbone_cfg) != kind:
             continue
-        slow = [pytest.mark.slow] if backbone_cfg.scale == "full" and kind != "composes" else []
+        full = backbone_cfg.scale == "full" and kind != "composes"
+        slow = [pytest.mark.slow] if full or (task in SLOW_TRAINS and kind == "trains") else []
         for variant in backbone_cfg.get("attn_variants") or attention.VARIANTS:  # those it takes
             marks = [*slow, *SKIPS.get(task, [])]
             yield pytest.param(task, backbone, variant, marks=marks, id=f"{task}-{backbone}-{variant}")
