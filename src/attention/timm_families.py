@@ -374,18 +374,13 @@ def eva_attention_site(name: str, module: eva.EvaAttention) -> AttentionSite:
     return AttentionSite(name, module, module.num_heads, module.head_dim, q, k, v, out=module.proj, **where)
 
 
-# EVA-02: separate q/k/v, q/k norm, rotary embeddings, SwiGLU, the scale norm inside attention.
-# ``head_init_scale=1``: timm's 0.001 makes logits of 1e-4, too small to see what a variant changes.
-_TINY_EVA = dict(
-    img_size=32,
-    patch_size=8,
-    embed_dim=48,
-    depth=2,
-    num_heads=3,
-    num_classes=5,
-    ref_feat_shape=(4, 4),
-    head_init_scale=1.0,
+# The tiny EVA and BEiT of the family tests. ``head_init_scale=1``: timm's 0.001 makes logits of
+# 1e-4, too small to see what a variant changes.
+_TINY = dict(
+    img_size=32, patch_size=8, embed_dim=48, depth=2, num_heads=3, num_classes=5, head_init_scale=1.0
 )
+# EVA-02: separate q/k/v, q/k norm, rotary embeddings, SwiGLU, the scale norm inside attention.
+_TINY_EVA = dict(_TINY, ref_feat_shape=(4, 4))
 register_family(
     Family(
         "eva",
@@ -421,18 +416,7 @@ register_family(
         # BEiT's relative position bias is added to the logits before the softmax on both paths
         {beit.Attention: lambda n, m: fused_qkv_site(n, m, m.num_heads, probs=m.attn_drop)},
         _vit_entry,  # Beit: patch_embed, then class token and positions, then blocks
-        lambda: beit.Beit(
-            img_size=32,
-            patch_size=8,
-            embed_dim=48,
-            depth=2,
-            num_heads=3,
-            num_classes=5,
-            use_abs_pos_emb=False,
-            use_rel_pos_bias=True,
-            init_values=0.1,
-            head_init_scale=1.0,
-        ),
+        lambda: beit.Beit(**_TINY, use_abs_pos_emb=False, use_rel_pos_bias=True, init_values=0.1),
         "beit_base_patch16_224",
         ("beit_*", "beitv2_*"),
     )
