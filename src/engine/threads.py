@@ -30,8 +30,8 @@ CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
 
 def auto_threads(cpus: int, others: float, processes: int = 1) -> int:
     """Threads for each of ``processes`` processes on ``cpus`` CPUs while ``others`` are busy."""
-    free = max(0, round(cpus - others))
-    return max(1, min(cpus // max(1, processes), free // max(1, processes)))
+    free = max(0, round(cpus - others))  # at most cpus: others is never negative
+    return max(1, free // max(1, processes))
 
 
 def usable_cpus() -> int:

@@ -426,9 +426,7 @@ class Trainer:
         return metrics
 
     def _validate(self) -> None:
-        metrics = self.evaluate(self.model)
-        if self.ema is not None:
-            metrics.update(self.evaluate(self.ema.module, prefix="val_ema"))
+        metrics = self._val_metrics()
         state, before = self.state, self.state.best
         state.best = kept_best(state.best, metrics, state.step, self.task.metric, self.task.metric_mode)
         state.last_val = metrics
@@ -448,10 +446,15 @@ class Trainer:
         checkpoint is of a trained model."""
         devices = [self.dist.device] if self.dist.device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices):
-            metrics = self.evaluate(self.model)
-            if self.ema is not None:
-                metrics.update(self.evaluate(self.ema.module, prefix="val_ema"))
+            metrics = self._val_metrics()
         self._log("val", metrics)
+
+    def _val_metrics(self) -> dict[str, float]:
+        """The model's validation metrics, and its EMA's (``val_ema/…``) where there is one."""
+        metrics = self.evaluate(self.model)
+        if self.ema is not None:
+            metrics.update(self.evaluate(self.ema.module, prefix="val_ema"))
+        return metrics
 
     def _at_init(self) -> None:
         """Before the first step: the monitor's row at step 0 (κ and entropy at init, which the
