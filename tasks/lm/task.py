@@ -175,31 +175,70 @@ class LanguageModelling(Task):
 
 
 class CharCorpus(LanguageModelling):
-    """``lm_char``: a small text as UTF-8 bytes, split into a leading training part and a
-    trailing validation part (``val_fraction``, at a byte boundary).
+    """``lm_char``: a small text as UTF-8 bytes, cut (at character boundaries) into a leading
+    training part, a test part (``test_fraction``) and a trailing validation part
+    (``val_fraction``).
+
+    Validation is the last ``val_fraction`` of the text, the same bytes as before the test split
+    existed; it serves everything chosen while runs go on (budgets, readings, best checkpoints, the
+    settle loop's looks). ``test`` is the ``test_fraction`` just before it, evaluated once when
+    training ends (``trainer.test_after``). ``test_fraction=0`` (or null) gives the older two-way
+    split (training is everything before validation); null also keeps the identity of runs recorded
+    before the option existed (null values leave the identity), so their records resume.
 
     The text is CPython's documentation topics (:func:`tasks.lm.corpora.pydoc_topics_text`),
     or the UTF-8 file ``text_file`` (relative to ``paths.data_dir``) when set.
     """
 
-    def __init__(self, val_fraction: float = 0.1, text_file: str | None = None, **kwargs) -> None:
+    def __init__(
+        self,
+        val_fraction: float = 0.1,
+        test_fraction: float | None = 0.1,
+        text_file: str | None = None,
+        **kwargs,
+    ) -> None:
         kwargs.setdefault("tokenizer", "bytes")
         super().__init__(**kwargs)
-        self.val_fraction, self.text_file = val_fraction, text_file
+        test_fraction = test_fraction or 0.0
+        if not 0 <= test_fraction < 1 - val_fraction:
+            raise ConfigError(
+                f"task.test_fraction={test_fraction}: with task.val_fraction={val_fraction} it must be "
+                f"in [0, {1 - val_fraction:g}) so that text is left to train on (0: no test split)"
+            )
+        self.val_fraction, self.test_fraction, self.text_file = val_fraction, test_fraction, text_file
+
+    @property
+    def eval_splits(self) -> tuple[str, ...]:
+        return ("val", "test") if self.test_fraction else ("val",)
 
     def text(self, data_dir: Path) -> str:
         return read_text_file(data_dir / self.text_file) if self.text_file else pydoc_topics_text()
 
-    def token_arrays(self, data_dir: Path) -> tuple[np.ndarray, np.ndarray]:
-        text = self.text(data_dir)
-        cut = int(len(text) * (1 - self.val_fraction))
-        train_text, val_text = text[:cut], text[cut:]
+    def split_texts(self, text: str) -> dict[str, str]:
+        """``{"train", "test", "val"}`` → the text's parts, in that order (``test`` empty at 0)."""
+        val_cut = int(len(text) * (1 - self.val_fraction))
+        test_cut = int(len(text) * (1 - self.val_fraction - self.test_fraction))
+        return {"train": text[:test_cut], "test": text[test_cut:val_cut], "val": text[val_cut:]}
+
+    def split_tokens(self, data_dir: Path) -> dict[str, np.ndarray]:
+        """Every part's bytes (or tokens); sets ``self.tokenizer`` (one ``bpe`` learns on training)."""
+        parts = self.split_texts(self.text(data_dir))
         self.tokenizer = self.load_tokenizer(
-            data_dir, lambda: [[train_text]], self.cache_root(data_dir) / self.name
+            data_dir, lambda: [[parts["train"]]], self.cache_root(data_dir) / self.name
         )
-        train, val = self.tokenizer.encode_batch([train_text, val_text])
-        dtype = np.int64
-        return np.asarray(train, dtype=dtype), np.asarray(val, dtype=dtype)
+        encoded = self.tokenizer.encode_batch(list(parts.values()))
+        return {name: np.asarray(ids, dtype=np.int64) for name, ids in zip(parts, encoded, strict=True)}
+
+    def token_arrays(self, data_dir: Path) -> tuple[np.ndarray, np.ndarray]:
+        tokens = self.split_tokens(data_dir)
+        return tokens["train"], tokens["val"]
+
+    def eval_dataset(self, data_dir: Path, split: str) -> TokenWindows:
+        """``val``: the validation windows; ``test``: the test part's, in the same windows."""
+        self.check_split(split)
+        if split == "val":
+            return super().eval_dataset(data_dir, split)
+        return self.windows(self.split_tokens(Path(data_dir))["test"], "test")
 
 
 class HubTextCorpus(LanguageModelling):

@@ -148,16 +148,28 @@ def test_the_offline_bpe_is_trained_once_and_round_trips(hub_copies, tmp_path):
     assert saved.stat().st_mtime_ns == stamp and again.tokenizer.fingerprint == task.tokenizer.fingerprint
 
 
-def test_the_char_corpus_is_the_pydoc_text_as_bytes(tmp_path):
+def test_the_char_corpus_is_the_pydoc_text_as_bytes_in_three_parts(tmp_path):
+    """Train, test and validation tile the text in that order; validation is the same last 10%
+    with or without the test split (null: the older two-way split, training up to validation)."""
     task = CharCorpus(name="lm_char", **SMALL)
     train, val = task.datasets(tmp_path)
+    test = task.eval_dataset(tmp_path, "test")
     text = pydoc_topics_text()
-    assert len(text) > 400_000
-    joined = np.concatenate([train.tokens, val.tokens])
+    assert len(text) > 400_000 and task.eval_splits == ("val", "test")
+    joined = np.concatenate([train.tokens, test.tokens, val.tokens])
     assert task.tokenizer.decode(joined.tolist()) == text and task.tokenizer.vocab_size == 256
     assert len(val.tokens) == pytest.approx(0.1 * len(joined), rel=0.05)
+    assert len(test.tokens) == pytest.approx(0.1 * len(joined), rel=0.05)
+    two_way = CharCorpus(name="lm_char", test_fraction=None, **SMALL)
+    two_train, two_val = two_way.datasets(tmp_path)
+    assert np.array_equal(two_val.tokens, val.tokens) and two_way.eval_splits == ("val",)
+    assert np.array_equal(two_train.tokens, np.concatenate([train.tokens, test.tokens]))
+    with pytest.raises(ConfigError, match="no 'test' split"):
+        two_way.eval_dataset(tmp_path, "test")
+    with pytest.raises(ConfigError, match=r"task.test_fraction=0.9: .* must be in \[0, 0.9\)"):
+        CharCorpus(name="lm_char", test_fraction=0.9, **SMALL)
     (tmp_path / "own.txt").write_text("abcabcabc " * 20)
-    own = CharCorpus(name="lm_char", text_file="own.txt", **SMALL)
+    own = CharCorpus(name="lm_char", text_file="own.txt", test_fraction=0, **SMALL)
     own_train, _ = own.datasets(tmp_path)
     assert bytes(own_train.tokens.tolist()) == ("abcabcabc " * 20)[:180].encode()
 
