@@ -8,10 +8,12 @@ names the run folder, the log lines, the W&B group and the report's rows) and th
 :mod:`src.resolvers`). The task (``tasks.classification.ImageFolderTask``) reads the same scan and
 the same split (:func:`split`), so the classes and images the recipe counted are the ones trained on.
 
-Layout: ``DIR/train/<class>/<image>`` and, where it exists, ``DIR/val/<class>/<image>`` (the
-ImageFolder layout; classes are the sorted subfolder names, as torchvision's ``ImageFolder``).
-Without ``val/``, validation is a stratified ``val_fraction`` of ``train/`` drawn with a fixed split
-seed, the same for every run seed, so that the seeds of a sweep are paired on the same images.
+Layout: ``DIR/train/<class>/<image>`` and, where they exist, ``DIR/val/<class>/<image>`` and
+``DIR/test/<class>/<image>`` (the ImageFolder layout; classes are the sorted subfolder names, as
+torchvision's ``ImageFolder``). Without ``val/``, validation is a stratified ``val_fraction`` of
+``train/``; without ``test/``, the held-out test split is a stratified ``test_fraction`` of what
+``train/`` has left (:func:`hold_out`). Both are drawn with a fixed split seed, the same for every
+run seed, so that the seeds of a sweep are paired on the same images.
 """
 
 from __future__ import annotations
@@ -30,18 +32,21 @@ from src.errors import DataError
 IMAGE_SUFFIXES = frozenset({".jpeg", ".jpg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp"})
 #: the label's prefix: a folder named like a task of the suite (``imagenet``) stays apart from it
 PREFIX = "imagefolder"
+#: the folders beside ``train/`` that hold images out of training, where they exist
+HELD_OUT = ("val", "test")
 MAX_LABEL = 40  # characters of the folder's name kept in the label (and the run folder's path)
 
 
 @dataclass(frozen=True)
 class Scan:
     """What an image folder holds: its classes (sorted) and, per class, its image files (sorted
-    names) under ``train/`` and, where there is one, ``val/`` (None: no ``val/``)."""
+    names) under ``train/`` and, where there are, ``val/`` and ``test/`` (None: no such folder)."""
 
     root: Path
     classes: tuple[str, ...]
     train: tuple[tuple[str, ...], ...]
     val: tuple[tuple[str, ...], ...] | None
+    test: tuple[tuple[str, ...], ...] | None = None
 
     @property
     def images(self) -> int:
@@ -53,7 +58,7 @@ def layout(root: Path | str) -> str:
     """The layout a folder must have, for the one-line refusals."""
     return (
         f"expected {root}/train/<class>/<image> (one folder per class; .jpg, .png, … images) and, "
-        f"optionally, {root}/val/<class>/<image> with the same class folders"
+        f"optionally, {root}/val/<class>/<image> and {root}/test/<class>/<image> with the same class folders"
     )
 
 
@@ -74,7 +79,7 @@ def scan(data_dir: Path | str | None) -> Scan:
     root = Path(str(data_dir)).expanduser().resolve()
     train = root / "train"
     if not train.is_dir():
-        hint = " (task.data_dir is the folder above train/)" if root.name in ("train", "val") else ""
+        hint = " (task.data_dir is the folder above train/)" if root.name in HELD_OUT + ("train",) else ""
         raise DataError(f"task.data_dir={data_dir}: missing folder {train}{hint}; {layout(root)}")
     return _scan(root, _signature(root))
 
@@ -82,7 +87,7 @@ def scan(data_dir: Path | str | None) -> Scan:
 def _signature(root: Path) -> tuple:
     """What changes when images are added or removed: the mtimes of the split and class folders."""
     stamps = []
-    for split in ("train", "val"):
+    for split in ("train", *HELD_OUT):
         folder = root / split
         if folder.is_dir():
             stamps.append((split, "", folder.stat().st_mtime_ns))
@@ -102,19 +107,26 @@ def _scan(root: Path, signature: tuple) -> Scan:
         raise DataError(
             f"no images in {root / 'train' / empty[0]} ({len(empty)} empty class folders); {layout(root)}"
         )
-    val = None
-    if (root / "val").is_dir():
-        val_classes = class_folders(root / "val")
-        if val_classes != classes:
-            other = sorted(set(val_classes) ^ set(classes))
-            raise DataError(
-                f"{root}: train/ and val/ have different class folders "
-                f"(in one only: {', '.join(other[:5])}); {layout(root)}"
-            )
-        val = tuple(images_in(root / "val" / c) for c in classes)
-        if not any(val):
-            raise DataError(f"no images in the class folders of {root / 'val'}; {layout(root)}")
-    return Scan(root, tuple(classes), train, val)
+    held = {split: _held_out_folder(root, split, classes) for split in HELD_OUT}
+    return Scan(root, tuple(classes), train, held["val"], held["test"])
+
+
+def _held_out_folder(root: Path, split: str, classes: list[str]) -> tuple[tuple[str, ...], ...] | None:
+    """``split``'s images per class (``val/``, ``test/``), None without the folder; a
+    :class:`DataError` where its class folders are not ``train/``'s or hold no image."""
+    if not (root / split).is_dir():
+        return None
+    found = class_folders(root / split)
+    if found != classes:
+        other = sorted(set(found) ^ set(classes))
+        raise DataError(
+            f"{root}: train/ and {split}/ have different class folders "
+            f"(in one only: {', '.join(other[:5])}); {layout(root)}"
+        )
+    files = tuple(images_in(root / split / c) for c in classes)
+    if not any(files):
+        raise DataError(f"no images in the class folders of {root / split}; {layout(root)}")
+    return files
 
 
 def label(data_dir: Path | str | None) -> str:
@@ -139,6 +151,28 @@ def split(files: tuple[tuple[str, ...], ...], fraction: float, seed: int = 0) ->
         val.append([f for i, f in enumerate(names) if i in chosen])
         train.append([f for i, f in enumerate(names) if i not in chosen])
     return train, val
+
+
+def hold_out(
+    files: tuple[tuple[str, ...], ...], val_fraction: float | None, test_fraction: float | None, seed: int = 0
+) -> tuple[list, list | None, list | None]:
+    """``(train, val, test)`` per-class lists of ``train/``'s files: validation a stratified
+    ``val_fraction`` (:func:`split`; None: not drawn, ``val/`` holds it), then test a stratified
+    ``test_fraction`` of the images (None or 0: none), drawn from what validation left with its
+    own stream of ``seed``; every class keeps at least one image to train on."""
+    if val_fraction is None:
+        train, val = [list(f) for f in files], None
+    else:
+        train, val = split(files, val_fraction, seed)
+    if not test_fraction:
+        return train, val, None
+    test = []
+    for index, (names, left) in enumerate(zip(files, train, strict=True)):
+        k = min(max(round(test_fraction * len(names)), 1), len(left) - 1) if len(left) >= 2 else 0
+        chosen = set(random.Random(f"{seed}/test/{index}").sample(range(len(left)), k))
+        test.append([f for i, f in enumerate(left) if i in chosen])
+        train[index] = [f for i, f in enumerate(left) if i not in chosen]
+    return train, val, test
 
 
 @dataclass(frozen=True)

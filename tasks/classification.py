@@ -233,75 +233,116 @@ class ImageFiles(Dataset):
 
 
 class ImageFolderTask(ImageNet):
-    """Your own ImageFolder, ``data_dir/train/<class>/<image>`` and ``data_dir/val/…`` where it exists
-    (:mod:`src.image_folder`: the scan, the label, the recipe sized to it), trained as :class:`ImageNet`
-    is (timm's transforms, uint8 to the device, normalised there). Without ``val/``, a stratified
-    ``val_fraction`` of ``train/`` validates, drawn with ``split_seed`` alone
-    (:func:`src.image_folder.split`), so every run seed trains and validates on the same images.
-    ``summary.json``'s ``statistics`` say which split it was (:meth:`statistics`); the log says it
-    as the data is read."""
+    """Your own ImageFolder, ``data_dir/train/<class>/<image>`` and ``data_dir/val/…``,
+    ``data_dir/test/…`` where they exist (:mod:`src.image_folder`: the scan, the label, the recipe
+    sized to it), trained as :class:`ImageNet` is (timm's transforms, uint8 to the device, normalised
+    there). Without ``val/``, a stratified ``val_fraction`` of ``train/`` validates; without
+    ``test/``, a stratified ``test_fraction`` of ``train/`` (from what validation left; 0 or null:
+    no test split) is held out and evaluated once when training ends (``trainer.test_after``). Both
+    are drawn with ``split_seed`` alone (:func:`src.image_folder.hold_out`), so every run seed trains,
+    validates and tests on the same images. ``summary.json``'s ``statistics`` say which split it was
+    (:meth:`statistics`); the log says it as the data is read."""
 
     train_size = None  # read from the folder, not fixed (ImageNet's 1,281,167)
 
     def __init__(
-        self, data_dir: str | None = None, val_fraction: float = 0.2, split_seed: int = 0, **kwargs: Any
+        self,
+        data_dir: str | None = None,
+        val_fraction: float = 0.2,
+        test_fraction: float | None = 0.1,
+        split_seed: int = 0,
+        **kwargs: Any,
     ) -> None:
         mixup = kwargs.pop("mixup", None)
         if mixup and not (mixup.get("mixup_alpha") or mixup.get("cutmix_alpha")):
             mixup = None  # both alphas 0: no mixing (timm's Mixup refuses it)
         super().__init__(folder="", mixup=mixup, **kwargs)
+        test_fraction = test_fraction or 0.0
+        if not 0 <= test_fraction < 1 - val_fraction:
+            raise ConfigError(
+                f"task.test_fraction={test_fraction}: with task.val_fraction={val_fraction} it must be "
+                f"in [0, {1 - val_fraction:g}) so that images are left to train on (0: no test split)"
+            )
         self.data_dir, self.val_fraction, self.split_seed = data_dir, val_fraction, split_seed
+        self.test_fraction = test_fraction
         self.split_statement: dict[str, Any] | None = None
 
-    def samples(self) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
-        """``(train, val)`` as ``(path, label)`` lists; sets :attr:`split_statement`."""
+    @property
+    def eval_splits(self) -> tuple[str, ...]:
+        """``val``, and ``test`` where the folder has ``test/`` or ``test_fraction`` holds one out."""
+        has_test = self.test_fraction or image_folder.scan(self.data_dir).test is not None
+        return ("val", "test") if has_test else ("val",)
+
+    def samples(self) -> dict[str, list[tuple[str, int]]]:
+        """``{"train", "val"[, "test"]}`` → ``(path, label)`` lists; sets :attr:`split_statement`."""
         found = image_folder.scan(self.data_dir)
         if len(found.classes) != self.num_classes:
             raise DataError(
                 f"{found.root}: {len(found.classes)} class folders but task.num_classes={self.num_classes} "
                 "(leave num_classes to the folder)"
             )
-        if found.val is None:
-            train, val = image_folder.split(found.train, self.val_fraction, self.split_seed)
-            source = f"a stratified {self.val_fraction:g} of train/, split seed {self.split_seed}"
-            val_dir = "train"
-        else:
-            train, val, source, val_dir = found.train, found.val, "val/", "val"
+        drawn = f"split seed {self.split_seed}"
+        train, val, test = image_folder.hold_out(
+            found.train,
+            None if found.val is not None else self.val_fraction,
+            None if found.test is not None else self.test_fraction,
+            self.split_seed,
+        )
+        held = {
+            "val": ("val", found.val, "val/")
+            if found.val is not None
+            else ("train", val, f"a stratified {self.val_fraction:g} of train/, {drawn}"),
+            "test": ("test", found.test, "test/")
+            if found.test is not None
+            else ("train", test, f"a stratified {self.test_fraction:g} of train/, {drawn}"),
+        }
+        held = {split: h for split, h in held.items() if h[1] is not None}
 
-        def listed(split: str, files: Any) -> list[tuple[str, int]]:
-            root = found.root / split
+        def listed(folder: str, files: Any) -> list[tuple[str, int]]:
+            root = found.root / folder
             return [(str(root / c / f), i) for i, c in enumerate(found.classes) for f in files[i]]
 
-        self.split_statement = {
-            "val_from": source,
-            "classes": list(found.classes),
-            "train_per_class": [len(f) for f in train],
-            "val_per_class": [len(f) for f in val],
-            "val_files": files_digest(
-                [f"{c}/{f}" for c, names in zip(found.classes, val, strict=True) for f in names]
-            ),
-        }
-        return listed("train", train), listed(val_dir, val)
+        def digest(files: Any) -> str:
+            return files_digest(
+                [f"{c}/{f}" for c, names in zip(found.classes, files, strict=True) for f in names]
+            )
+
+        self.split_statement = {"classes": list(found.classes), "train_per_class": [len(f) for f in train]}
+        for split, (_, files, source) in held.items():
+            self.split_statement |= {
+                f"{split}_from": source,
+                f"{split}_per_class": [len(f) for f in files],
+                f"{split}_files": digest(files),
+            }
+        return {"train": listed("train", train)} | {s: listed(f, files) for s, (f, files, _) in held.items()}
 
     def datasets(self, data_dir: Path) -> tuple[Dataset, Dataset]:
         """The folder's ``(train, val)`` (``data_dir``, the suite's data root, is not read: the folder
         is ``task.data_dir``)."""
-        train, val = self.samples()
+        found = self.samples()
         statement = self.split_statement
+        test = f", {len(found['test'])} test" if "test" in found else ""
         log.info(
-            "%s: %d classes, %d training and %d validation images; validation: %s",
+            "%s: %d classes, %d training, %d validation%s images; validation: %s%s",
             self.name,
             len(statement["classes"]),
-            len(train),
-            len(val),
+            len(found["train"]),
+            len(found["val"]),
+            test,
             statement["val_from"],
+            f"; test: {statement['test_from']}" if test else "",
         )
         train_transform, val_transform = self.transforms()
-        return ImageFiles(train, train_transform), ImageFiles(val, val_transform)
+        return ImageFiles(found["train"], train_transform), ImageFiles(found["val"], val_transform)
+
+    def eval_dataset(self, data_dir: Path, split: str) -> Dataset:
+        """``val`` or ``test`` (``test/``, or the held-out share of ``train/``), read as validation is."""
+        self.check_split(split)
+        return ImageFiles(self.samples()[split], self.transforms()[1])
 
     def statistics(self, run_dir: Path) -> dict[str, Any] | None:
-        """The split it trained on, for ``summary.json``: where validation came from, the classes,
-        the images per class in each split and a digest of the validation files' names."""
+        """The split it trained on, for ``summary.json``: where validation (and test) came from, the
+        classes, the images per class in each split and a digest of the held-out files' names."""
         if self.split_statement is None:
             self.samples()
         return {"split": self.split_statement}

@@ -14,8 +14,9 @@ from omegaconf import OmegaConf
 from PIL import Image
 
 from launch.analysis.records import read_run
-from src.image_folder import TIERS, Recipe, label, recipe, split
-from tasks.classification import files_digest
+from src.errors import DataError
+from src.image_folder import TIERS, Recipe, hold_out, label, recipe, split
+from tasks.classification import ImageFolderTask, files_digest
 
 COLOURS = [(200, 60, 50), (60, 180, 70), (50, 70, 200)]  # one per class, so that a few steps learn
 
@@ -77,6 +78,65 @@ def test_the_split_is_stratified_seeded_and_whole():
     assert split(files, 0.2, seed=1)[1] != val
 
 
+def test_the_test_split_is_held_out_of_what_validation_left_and_changes_no_validation_image():
+    """hold_out: validation is :func:`split`'s (the same images as without a test split), test a
+    stratified share of the rest, disjoint, fixed by the split seed; every class keeps an image to
+    train on; without a fraction (test/ holds it) nothing is drawn."""
+    files = tuple(tuple(f"{c}_{i}.jpg" for i in range(n)) for c, n in enumerate([100, 101, 102, 7, 3, 2, 1]))
+    train, val, test = hold_out(files, 0.2, 0.1, seed=0)
+    assert val == split(files, 0.2, seed=0)[1]
+    for names, t, v, h in zip(files, train, val, test, strict=True):
+        assert sorted(t + v + h) == sorted(names) and not set(t) & set(h) and not set(v) & set(h)
+        assert t  # something left to train on, whatever the class's size
+        if len(names) >= 10:
+            assert abs(len(h) - 0.1 * len(names)) <= 1
+    assert hold_out(files, 0.2, 0.1, seed=0) == (train, val, test)
+    assert hold_out(files, 0.2, 0.1, seed=1)[2] != test
+    assert hold_out(files, 0.2, None, seed=0) == (split(files, 0.2, seed=0)[0], val, None)
+    alone, no_val, drawn = hold_out(files, None, 0.1, seed=0)
+    assert no_val is None and [len(a) + len(d) for a, d in zip(alone, drawn, strict=True)] == [
+        len(f) for f in files
+    ]
+
+
+#: what ImageFolderTask needs besides the folder (the config fills it in a run)
+TASK = {
+    "input": "image",
+    "in_chans": 3,
+    "num_classes": 2,
+    "batch_size": 2,
+    "eval_batch_size": 2,
+    "img_size": 8,
+}
+
+
+def test_val_and_test_folders_are_read_where_they_exist(tmp_path):
+    """``test/`` beside ``train/`` is the test split (nothing drawn out of train/), ``val/`` the
+    validation; a ``test/`` with other classes is one error naming both folders."""
+    root = tmp_path / "three"
+    for split_name, n in (("train", 6), ("val", 2), ("test", 3)):
+        for name in ("a", "b"):
+            (root / split_name / name).mkdir(parents=True)
+            for i in range(n):
+                (root / split_name / name / f"{i}.png").touch()
+    task = ImageFolderTask(data_dir=str(root), name="imagefolder-three", **TASK)
+    found = task.samples()
+    assert task.eval_splits == ("val", "test") and {k: len(v) for k, v in found.items()} == {
+        "train": 12,
+        "val": 4,
+        "test": 6,
+    }
+    assert all("/test/" in path for path, _ in found["test"])
+    assert task.split_statement["test_from"] == "test/" and task.split_statement["val_from"] == "val/"
+    none = ImageFolderTask(data_dir=str(root / "none"), name="x", test_fraction=0, **TASK)
+    (root / "none" / "train" / "a").mkdir(parents=True)
+    (root / "none" / "train" / "a" / "0.png").touch()
+    assert none.eval_splits == ("val",)
+    (root / "test" / "c").mkdir()
+    with pytest.raises(DataError, match=r"train/ and test/ have different class folders \(in one only: c\)"):
+        task.samples()
+
+
 def test_the_label_is_the_folders_name_kept_short_and_safe(tmp_path):
     assert label(tmp_path / "my pets, 2024") == "imagefolder-my_pets_2024"
     assert label(str(tmp_path / ("x" * 80))) == "imagefolder-" + "x" * 40
@@ -111,21 +171,31 @@ def test_own_folder_without_val_trains_is_labelled_by_its_name_and_states_its_sp
         assert read_run(run).task == "imagefolder-pets"  # the report's row
         log = (run / "run.log").read_text()
         assert "train imagefolder-pets · vit_micro" in log and "done: val/acc" in log
-        assert "imagefolder-pets: 3 classes, 243 training and 60 validation images" in log
+        assert "imagefolder-pets: 3 classes, 213 training, 60 validation, 30 test images" in log
         statement = summary["statistics"]["split"]
         assert statement["val_from"] == "a stratified 0.2 of train/, split seed 0"
+        assert statement["test_from"] == "a stratified 0.1 of train/, split seed 0"
         assert statement["classes"] == ["cat", "dog", "eel"]
-        for n, t, v in zip(
-            [100, 101, 102], statement["train_per_class"], statement["val_per_class"], strict=True
+        for n, t, v, h in zip(
+            [100, 101, 102],
+            statement["train_per_class"],
+            statement["val_per_class"],
+            statement["test_per_class"],
+            strict=True,
         ):
-            assert t + v == n and abs(v - 0.2 * n) <= 1
+            assert t + v + h == n and abs(v - 0.2 * n) <= 1 and abs(h - 0.1 * n) <= 1
+        tested = json.loads((run / "eval-test.json").read_text())  # once, at the end (test_after)
+        assert (tested["samples"], tested["checkpoint_step"]) == (30, 4)
         cfg = OmegaConf.load(run / ".hydra" / "config.yaml")  # the run's config, as resolved
         assert (cfg.task.name, cfg.task.num_classes, cfg.task.img_size) == ("imagefolder-pets", 3, 28)
-        _, val = instantiate(cfg.task).datasets(Path("unused"))  # what the task reads: the stated split
-        assert (
-            files_digest([str(Path(p).relative_to(pets / "train")) for p, _ in val.samples])
-            == statement["val_files"]
-        )
+        task = instantiate(cfg.task)
+        _, val = task.datasets(Path("unused"))  # what the task reads: the stated split
+        test = task.eval_dataset(Path("unused"), "test")
+        for held, key in ((val, "val_files"), (test, "test_files")):
+            assert (
+                files_digest([str(Path(p).relative_to(pets / "train")) for p, _ in held.samples])
+                == statement[key]
+            )
         summaries[seed] = summary
     assert summaries[0]["statistics"] == summaries[1]["statistics"]  # seeds paired on the same images
 
