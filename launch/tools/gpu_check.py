@@ -363,6 +363,13 @@ def thresholds_table(limits: dict[str, float]) -> str:
     return "\n".join(lines)
 
 
+def default_out(dry: bool) -> Path:
+    """Where the check's JSON goes by default: ``gpu_check/`` under the runs' output root
+    (``OUTPUT_DIR``, as ``paths.output_dir`` reads it; ``./outputs`` where it is unset)."""
+    root = Path(os.environ.get("OUTPUT_DIR") or "outputs")
+    return root / "gpu_check" / ("gpu_check-dry.json" if dry else "gpu_check.json")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = command_parser(__spec__.name, __doc__)
     parser.add_argument("--dry", action="store_true", help="tiny shapes on the CPU (what the tests run)")
@@ -371,7 +378,8 @@ def main(argv: list[str] | None = None) -> int:
         "--out",
         type=Path,
         default=None,
-        help="the JSON written (default outputs/gpu_check/gpu_check.json; -dry.json with --dry)",
+        help="the JSON written (default $OUTPUT_DIR/gpu_check/gpu_check.json, OUTPUT_DIR the runs' "
+        "output root, ./outputs unset; gpu_check-dry.json with --dry)",
     )
     parser.add_argument(
         "--threshold",
@@ -388,7 +396,7 @@ def run_check(args: argparse.Namespace) -> int:
     """The command's work: the arguments checked, the sections run, the table printed and the JSON
     written; 1 where a check failed."""
     device = args.device or ("cuda" if torch.cuda.is_available() and not args.dry else "cpu")
-    out = args.out or Path("outputs/gpu_check") / ("gpu_check-dry.json" if args.dry else "gpu_check.json")
+    out = args.out or default_out(args.dry)
     try:
         if device not in ("cuda", "cpu") or (device == "cuda" and not torch.cuda.is_available()):
             raise ValueError(f"--device {device}: give cpu, or cuda on a machine with a CUDA GPU")

@@ -92,11 +92,16 @@ def test_a_planted_threshold_fails_the_check(section, planted, name, tmp_path, c
     assert f"FAILED: {name}" in printed and re.search(rf"\| {name} \|.*\*\*FAIL\*\*", printed)
 
 
-def test_the_default_json_goes_under_outputs_not_the_working_directory(tmp_path, monkeypatch):
+def test_the_default_json_goes_under_the_output_root_not_the_working_directory(tmp_path, monkeypatch):
+    """Under ``./outputs`` as the runs' folders are, or under ``OUTPUT_DIR`` where it is set."""
     monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("OUTPUT_DIR", raising=False)
     assert gpu_check.main(["--dry", "--only", "roi_align"]) == 0
-    assert [p.relative_to(tmp_path) for p in tmp_path.rglob("*.json")] == [
-        Path("outputs/gpu_check/gpu_check-dry.json")
+    monkeypatch.setenv("OUTPUT_DIR", str(tmp_path / "elsewhere"))
+    assert gpu_check.main(["--dry", "--only", "roi_align"]) == 0
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*.json")) == [
+        Path("elsewhere/gpu_check/gpu_check-dry.json"),
+        Path("outputs/gpu_check/gpu_check-dry.json"),
     ]
 
 
