@@ -243,8 +243,6 @@ class ImageFolderTask(ImageNet):
     validates and tests on the same images. ``summary.json``'s ``statistics`` say which split it was
     (:meth:`statistics`); the log says it as the data is read."""
 
-    train_size = None  # read from the folder, not fixed (ImageNet's 1,281,167)
-
     def __init__(
         self,
         data_dir: str | None = None,
@@ -266,6 +264,16 @@ class ImageFolderTask(ImageNet):
         self.data_dir, self.val_fraction, self.split_seed = data_dir, val_fraction, split_seed
         self.test_fraction = test_fraction
         self.split_statement: dict[str, Any] | None = None
+
+    @property
+    def train_size(self) -> int:
+        """The images trained on, after the split (what ``launch.plan`` counts epochs with): read
+        from the folder's listing, no image opened."""
+        return (
+            sum(self.split_statement["train_per_class"])
+            if self.split_statement
+            else len(self.samples()["train"])
+        )
 
     @property
     def eval_splits(self) -> tuple[str, ...]:

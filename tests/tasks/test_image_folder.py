@@ -4,16 +4,19 @@ label, and a run through the real entry point on a folder of real-size JPEGs wit
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import QUIET, main_in_process, src_run_here
+from conftest import QUIET, compose, main_in_process, src_run_here
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 from PIL import Image
 
 from launch.analysis.records import read_run
+from launch.plan import steps_of
+from launch.tools.flops import planned_task
 from src.errors import DataError
 from src.image_folder import TIERS, Recipe, hold_out, label, recipe, split
 from tasks.classification import ImageFolderTask, files_digest
@@ -126,7 +129,7 @@ def test_val_and_test_folders_are_read_where_they_exist(tmp_path):
         "val": 4,
         "test": 6,
     }
-    assert all("/test/" in path for path, _ in found["test"])
+    assert all("/test/" in path for path, _ in found["test"]) and task.train_size == 12
     assert task.split_statement["test_from"] == "test/" and task.split_statement["val_from"] == "val/"
     none = ImageFolderTask(data_dir=str(root / "none"), name="x", test_fraction=0, **TASK)
     (root / "none" / "train" / "a").mkdir(parents=True)
@@ -198,6 +201,14 @@ def test_own_folder_without_val_trains_is_labelled_by_its_name_and_states_its_sp
             )
         summaries[seed] = summary
     assert summaries[0]["statistics"] == summaries[1]["statistics"]  # seeds paired on the same images
+
+
+def test_the_plan_counts_the_epochs_over_the_images_left_to_train_on(pets, tmp_path):
+    """launch.plan's steps for the recipe: its epochs × ⌈213 training images / its batch⌉ (the
+    folder's 303 less validation's 60 and test's 30), the count the run's data loader makes."""
+    cfg = compose(["task=imagefolder", f"task.data_dir={pets}"], tmp_path)
+    assert planned_task(cfg).train_size == 213
+    assert steps_of(cfg) == cfg.trainer.max_epochs * math.ceil(213 / cfg.task.batch_size) > 0
 
 
 @pytest.mark.parametrize(
