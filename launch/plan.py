@@ -406,6 +406,26 @@ def step_key(cfg: Any) -> tuple[str, str, str, str]:
     return str(cfg.task.name), as_text(cfg.task), as_text(cfg.backbone), variant
 
 
+def step_costs(configs: dict[Any, Any], workers: int | None = None) -> dict[Any, tuple]:
+    """:func:`launch.tools.flops.step_cost` of each config (by its key), counted side by side in
+    ``workers`` forked processes (default: the CPUs free of other work,
+    :mod:`src.engine.threads`): each count runs a model's step on the meta device, about a second
+    of Python for a base-size backbone, the same numbers in any process."""
+    if workers is None:
+        from src.engine.threads import auto_threads, others_running, usable_cpus
+
+        workers = auto_threads(usable_cpus(), others_running() or 0.0)
+    workers = min(workers, len(configs))
+    if workers < 2:
+        return {key: step_cost(cfg) for key, cfg in configs.items()}
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    # fork: the children inherit the imported torch and the composed configs (no CUDA is touched)
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+        return dict(zip(configs, pool.map(step_cost, configs.values()), strict=True))
+
+
 def plan(
     arguments: list[str],
     gpu: str = DEFAULT_GPU,
@@ -421,13 +441,18 @@ def plan(
     if launch_s is None:
         launch_s = measured_launch(measured) or LAUNCH_S
     rows, costs = [], {} if costs is None else costs
+    composed = []
     for overrides, seeds in jobs(arguments):
         cfg = compose(overrides)
         check_job(cfg, overrides)  # what src.run refuses (trainer.max_steps=-5) has no hours
-        key = (str(cfg.task.name), str(cfg.backbone.name), str(cfg.attn.variant), global_batch(cfg))
-        same = step_key(cfg)  # a seed changes nothing, nor does a variant that only initializes
+        composed.append((cfg, seeds, step_key(cfg)))  # a seed changes nothing, nor does an init variant
+    uncounted = {}
+    for cfg, _, same in composed:
         if same not in costs:
-            costs[same] = step_cost(cfg)
+            uncounted.setdefault(same, cfg)
+    costs.update(step_costs(uncounted))
+    for cfg, seeds, same in composed:
+        key = (str(cfg.task.name), str(cfg.backbone.name), str(cfg.attn.variant), global_batch(cfg))
         params, flops, kernels, note = costs[same]
         steps = steps_of(cfg)
         row = Row(
