@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -171,6 +172,30 @@ def legacy_folder(run_dir: str | Path) -> Path | None:
     except ValueError:
         return None
     return None if overrides is None else Path(run_dir).parent / seed / overrides
+
+
+#: where a run folder's overrides part starts its next ``key=value`` (values may hold commas: ``[0.9,0.95]``)
+_NEXT_ITEM = re.compile(r",(?=[+~]*[A-Za-z_][\w.@-]*=)")
+
+
+def named_before(run_dir: str | Path) -> list[Path]:
+    """The folders beside ``run_dir`` that the same command named when some of its overrides were
+    still in the name though out of the identity (``seed=0,logger.log_checkpoints=true`` for
+    ``seed=0``, before :func:`out_of_name` listed ``logger.*``): the same seed, and the same
+    overrides once those keys are dropped. Only names kept whole (not hashed) are read."""
+    run_dir = Path(run_dir)
+    try:
+        seed, mine = seed_and_overrides(run_dir)
+    except ValueError:
+        return []
+    out = set(out_of_name()) - {"seed"}
+    found = []
+    for sibling in sorted(run_dir.parent.glob(f"{seed},*")) if run_dir.parent.is_dir() else ():
+        items = _NEXT_ITEM.split(seed_and_overrides(sibling)[1] or "")
+        kept = [item for item in items if item.partition("=")[0].lstrip("+~") not in out]
+        if len(kept) < len(items) and ",".join(kept) == (mine or ""):
+            found.append(sibling)
+    return found
 
 
 def sibling_run(run_dir: str, task: str, seed: int) -> str:

@@ -18,6 +18,7 @@ from test_record_integrity import killed
 from launch.analysis.records import read_run, read_runs
 from src.engine import train
 from src.errors import DataError
+from src.resolvers import named_before
 
 SHORT = [
     "trainer.max_steps=6",
@@ -74,6 +75,60 @@ def test_the_same_command_adopts_its_record_from_the_nested_layout_and_resumes(t
     assert [s["from_step"] for s in summary["sessions"]] == [0, 3]  # resumed at its step-3 checkpoint
     assert not old.exists() and not old.parent.exists()  # emptied, then removed
     assert (new / "metrics.jsonl").read_text().splitlines()[: len(rows_before) - 1] == rows_before[:-1]
+
+
+def test_the_same_command_adopts_its_record_from_a_name_that_held_options_now_out_of_it(tmp_path):
+    """A run killed at step 4 when ``trainer.checkpoint_every`` and ``trainer.progress`` were still
+    in the folder's name (``seed=0,trainer.checkpoint_every=3,trainer.progress=false,
+    trainer.val_every=2``): the same command, whose folder is now ``seed=0,trainer.val_every=2``,
+    moves that record over and resumes it. A sibling of another configuration (``optim.lr``) and
+    one whose recorded identity differs are left where they are."""
+    args = [*SHORT, "trainer.val_every=2", "trainer.progress=false"]
+    new = tmp_path / VARIANT / "seed=0,trainer.val_every=2"
+    old = new.with_name("seed=0,trainer.checkpoint_every=3,trainer.progress=false,trainer.val_every=2")
+    other = new.with_name("seed=0,optim.lr=0.5,trainer.progress=false,trainer.val_every=2")
+    stale = new.with_name("seed=0,trainer.progress=false,trainer.val_every=2")
+    killed(tmp_path, old.relative_to(tmp_path), 5, *args)
+    trained(tmp_path, other, *args, "optim.lr=0.5")
+    trained(tmp_path, stale, *args, "trainer.max_steps=4")  # its identity is not this run's
+    untouched = {folder: record_files(folder) for folder in (other, stale)}
+    rows_before = (old / "metrics.jsonl").read_text().splitlines()
+    summary = trained(tmp_path, new, *args)
+    assert summary["status"] == "completed" and summary["steps"] == 6
+    assert [s["from_step"] for s in summary["sessions"]] == [0, 3]  # resumed at its step-3 checkpoint
+    assert not (old / "metrics.jsonl").exists()
+    assert (new / "metrics.jsonl").read_text().splitlines()[: len(rows_before) - 1] == rows_before[:-1]
+    assert {folder: record_files(folder) for folder in untouched} == untouched
+
+
+def test_earlier_names_are_read_item_by_item_values_with_commas_included(tmp_path):
+    """named_before splits a name at each ``,key=`` (a list value keeps its commas) and drops only
+    the keys now out of the name: the seed must match and every other item stay."""
+    variant = tmp_path / "v"
+    names = [
+        "seed=0,optim.betas=[0.9,0.95],trainer.threads=1",  # yes: threads is out of the name now
+        "seed=0,logger.project=x,optim.betas=[0.9,0.95]",  # yes
+        "seed=0,optim.betas=[0.9,0.95]",  # the run itself
+        "seed=0,optim.betas=[0.9,0.99],trainer.threads=1",  # another value
+        "seed=1,optim.betas=[0.9,0.95],trainer.threads=1",  # another seed
+        "seed=0,optim.betas=[0.9,0.95],optim.lr=1,trainer.threads=1",  # another option
+    ]
+    for name in names:
+        (variant / name).mkdir(parents=True)
+    found = named_before(variant / "seed=0,optim.betas=[0.9,0.95]")
+    assert sorted(f.name for f in found) == sorted(names[:2])
+
+
+def test_two_records_under_earlier_names_are_both_left_and_named(tmp_path, caplog):
+    new = tmp_path / VARIANT / "seed=0,trainer.val_every=2"
+    earlier = [new.with_name(f"seed=0,trainer.progress={v},trainer.val_every=2") for v in ("false", "true")]
+    for folder in earlier:
+        trained(tmp_path, folder, "trainer.val_every=2")
+    kept = {folder: record_files(folder) for folder in earlier}
+    summary = trained(tmp_path, new, "trainer.val_every=2")
+    assert summary["sessions"][0]["from_step"] == 0  # trained afresh: neither was moved
+    assert {folder: record_files(folder) for folder in kept} == kept
+    assert "2 records of this run under earlier names" in caplog.text
 
 
 def test_a_refused_process_leaves_hydras_copy_of_the_command_as_it_was(tmp_path, capsys):

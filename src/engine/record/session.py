@@ -35,7 +35,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from src.errors import ConfigError, SuiteError
-from src.resolvers import legacy_folder
+from src.resolvers import legacy_folder, named_before
 
 from ..distributed import Dist
 from .files import RunRecord, holds_record, move_record
@@ -239,6 +239,7 @@ def open_record(
     """The main process's decision (see the module docstring); writes a new record's first files,
     and, where this session will train, Hydra's copy of its command (``hydra_files``, ``.hydra/``)."""
     adopt_legacy(record)
+    adopt_renamed(record, identity)
     mode = cfg.trainer.get("resume", "auto")
     if record.has_trained():
         if mode == "never":
@@ -282,6 +283,46 @@ def adopt_legacy(record: RunRecord) -> None:
         record.dir,
         len(moved),
     )
+
+
+def recorded_hash(folder: Path) -> str | None:
+    """The identity hash of the record in ``folder`` (None: none, or a damaged one, left alone)."""
+    try:
+        recorded, _ = RunRecord(folder).recorded_identity()
+    except SuiteError:
+        return None
+    return None if recorded is None else recorded.hash
+
+
+def adopt_renamed(record: RunRecord, identity: Identity) -> None:
+    """A run recorded under a longer name, when options now out of the name were still in it
+    (:func:`src.resolvers.named_before`: ``seed=0,logger.log_checkpoints=true``): move that record
+    here, under its lock, where it has this run's identity, so the same command resumes it. Two
+    such records: neither is moved, and the log names them."""
+    if not record.enabled or record.has_trained():
+        return
+    same = [f for f in named_before(record.dir) if holds_record(f) and recorded_hash(f) == identity.hash]
+    if len(same) > 1:
+        log.warning(
+            "%d records of this run under earlier names (%s): none moved here; move the one to continue "
+            "to %s by hand",
+            len(same),
+            ", ".join(f.name for f in same),
+            record.dir,
+        )
+        return
+    for earlier in same:
+        with RunLock(earlier):
+            moved = move_record(earlier, record.dir)
+        with contextlib.suppress(OSError):
+            earlier.rmdir()
+        log.warning(
+            "moved the record of this run from %s, named when options that change nothing trained "
+            "were still in the name, to %s (%d entries)",
+            earlier,
+            record.dir,
+            len(moved),
+        )
 
 
 def continued(record: RunRecord, identity: Identity) -> Opening:
