@@ -22,19 +22,18 @@ import functools
 import math
 import os
 import random
-import re
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from src.errors import DataError
+from src.labels import labelled
 
 IMAGE_SUFFIXES = frozenset({".jpeg", ".jpg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp"})
 #: the label's prefix: a folder named like a task of the suite (``imagenet``) stays apart from it
 PREFIX = "imagefolder"
 #: the folders beside ``train/`` that hold images out of training, where they exist
 HELD_OUT = ("val", "test")
-MAX_LABEL = 40  # characters of the folder's name kept in the label (and the run folder's path)
 
 
 @dataclass(frozen=True)
@@ -130,12 +129,11 @@ def _held_out_folder(root: Path, split: str, classes: list[str]) -> tuple[tuple[
 
 
 def label(data_dir: Path | str | None) -> str:
-    """``imagefolder-<folder name>`` (``imagefolder`` without one): the run's ``task.name``. The name
-    is kept to letters, digits, ``.``, ``_`` and ``-`` (it becomes a folder) and to :data:`MAX_LABEL`."""
+    """``imagefolder-<folder name>`` (``imagefolder`` without one): the run's ``task.name``
+    (:func:`labelled`)."""
     if data_dir in (None, "", "None"):
         return PREFIX
-    name = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(str(data_dir)).expanduser().resolve().name).strip("._")
-    return f"{PREFIX}-{name[:MAX_LABEL]}" if name else PREFIX
+    return labelled(PREFIX, Path(str(data_dir)).expanduser().resolve().name)
 
 
 def split(files: tuple[tuple[str, ...], ...], fraction: float, seed: int = 0) -> tuple[list, list]:

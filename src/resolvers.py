@@ -1,8 +1,8 @@
 """OmegaConf resolvers the configs use: ``${cpus_at_most:4}``, ``${at_least:1,…}``, ``${run_folder:…}``,
 ``${out_of_name:}``, ``${pretrained_by:…}``, ``${attn_parts:…}``, ``${slurm_attempt_min:…}``,
-``${slurm_timeouts:…}``, ``${image_folder:…}`` and ``${patch_grid_size:…}`` (``task=imagefolder``);
-and the one list of keys that stay out of a run's identity and of its folder's name
-(:data:`NO_BEARING`, :data:`CHANGES_BITS`).
+``${slurm_timeouts:…}``, ``${image_folder:…}`` and ``${patch_grid_size:…}`` (``task=imagefolder``),
+``${corpus_label:…}`` (a text task on your text); and the one list of keys that stay out of a
+run's identity and of its folder's name (:data:`NO_BEARING`, :data:`CHANGES_BITS`).
 
 Importing this module registers them. ``src/run.py`` imports it (so do the SLURM jobs, which
 unpickle ``src.run.main``), and so does ``src/engine/schema.py``, which every composition of the
@@ -21,7 +21,7 @@ from pathlib import Path
 import yaml
 from omegaconf import OmegaConf
 
-from src import image_folder
+from src import image_folder, labels
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
@@ -282,4 +282,5 @@ OmegaConf.register_new_resolver("slurm_attempt_min", slurm_attempt_min, replace=
 OmegaConf.register_new_resolver("slurm_timeouts", slurm_timeouts, replace=True)
 OmegaConf.register_new_resolver("image_folder", image_folder_value, replace=True)
 OmegaConf.register_new_resolver("image_folder_label", image_folder.label, replace=True)
+OmegaConf.register_new_resolver("corpus_label", labels.corpus_label, replace=True)
 OmegaConf.register_new_resolver("patch_grid_size", patch_grid_size, replace=True)

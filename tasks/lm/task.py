@@ -17,6 +17,7 @@ disk, GPT-2's BPE, tokenised once into memory-mapped arrays, see :mod:`tasks.lm.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from pathlib import Path
 from typing import Any
@@ -110,8 +111,11 @@ class LanguageModelling(Task):
         """The training and validation token arrays; sets ``self.tokenizer``."""
         raise NotImplementedError
 
-    def load_tokenizer(self, data_dir: Path, train_texts=None, cache: Path | None = None) -> TextTokenizer:
-        """The configured tokenizer; ``bpe`` is trained on ``train_texts()`` once and saved in ``cache``."""
+    def load_tokenizer(
+        self, data_dir: Path, train_texts=None, cache: Path | None = None, trained_on: str | None = None
+    ) -> TextTokenizer:
+        """The configured tokenizer; ``bpe`` is trained on ``train_texts()`` once and saved in ``cache``
+        (again where ``trained_on``, a digest of that text where the caller has one, changed)."""
         if self.tokenizer_kind == "bytes":
             return ByteTokenizer()
         if self.tokenizer_kind == "gpt2":
@@ -124,7 +128,7 @@ class LanguageModelling(Task):
 
         ensure_generated(  # concurrent runs train it once; one trained before its marker existed is kept
             path.with_name("trained.json"),
-            {"vocab_size": self.bpe_vocab_size},
+            {"vocab_size": self.bpe_vocab_size, **({"trained_on": trained_on} if trained_on else {})},
             train,
             lambda saved: None if path.is_file() else f"missing {path}",
             present=path.is_file,
@@ -223,8 +227,9 @@ class CharCorpus(LanguageModelling):
     def split_tokens(self, data_dir: Path) -> dict[str, np.ndarray]:
         """Every part's bytes (or tokens); sets ``self.tokenizer`` (one ``bpe`` learns on training)."""
         parts = self.split_texts(self.text(data_dir))
+        digest = hashlib.sha256(parts["train"].encode("utf-8")).hexdigest()[:16]
         self.tokenizer = self.load_tokenizer(
-            data_dir, lambda: [[parts["train"]]], self.cache_root(data_dir) / self.name
+            data_dir, lambda: [[parts["train"]]], self.cache_root(data_dir) / self.name, trained_on=digest
         )
         encoded = self.tokenizer.encode_batch(list(parts.values()))
         return {name: np.asarray(ids, dtype=np.int64) for name, ids in zip(parts, encoded, strict=True)}

@@ -174,6 +174,29 @@ def test_the_char_corpus_is_the_pydoc_text_as_bytes_in_three_parts(tmp_path):
     assert bytes(own_train.tokens.tolist()) == ("abcabcabc " * 20)[:180].encode()
 
 
+def test_your_text_is_labelled_by_its_name_and_gets_its_own_bpe(tmp_path):
+    """task.text_file=my_corpus.txt names the run ``lm_char-my_corpus`` (the embedded corpus stays
+    ``lm_char``; a hub task on another copy ``lm_tinystories-<folder>``), and a BPE trained on one
+    text is trained again, not reused, when the text under the same name changes."""
+    assert compose(["task=lm_char"], tmp_path).task.name == "lm_char"
+    assert (
+        compose(["task=lm_char", "task.text_file=my corpus.txt"], tmp_path).task.name == "lm_char-my_corpus"
+    )
+    assert compose(["task=lm_tinystories"], tmp_path).task.name == "lm_tinystories"
+    mine = compose(["task=lm_tinystories", "task.folder=stories/mine"], tmp_path).task.name
+    assert mine == "lm_tinystories-mine"
+    own = tmp_path / "own.txt"
+    bpe = dict(SMALL, tokenizer="bpe", bpe_vocab_size=300, test_fraction=0)
+    vocabularies = []
+    for text in ("the cat sat on the mat. " * 60, "quick brown foxes jump. " * 60):
+        own.write_text(text)
+        task = CharCorpus(name="lm_char-own", text_file="own.txt", **bpe)
+        train, _ = task.datasets(tmp_path)
+        assert task.tokenizer.decode(train.tokens.tolist()) == text[: int(len(text) * 0.9)]
+        vocabularies.append(task.tokenizer.fingerprint)
+    assert vocabularies[0] != vocabularies[1]
+
+
 def test_windows_tile_the_tokens_and_survive_pickling(tmp_path):
     tokens = np.arange(103, dtype=np.uint16)
     path = tmp_path / "t.bin"
