@@ -185,6 +185,11 @@ class Recipe:
     mixup_alpha: float
     cutmix_alpha: float
     num_workers: int
+    lr: float  # AdamW's peak learning rate (optim.lr)
+
+
+#: the learning rate at batch :data:`BASE_BATCH`, scaled by the square root of the batch (:func:`recipe`)
+BASE_LR, BASE_BATCH = 1e-3, 128
 
 
 #: the augmentation tiers by training images: (at least this many images, RandAugment, erasing, mixup, cutmix)
@@ -204,7 +209,10 @@ def recipe(images: int, gpu: bool, cpus: int) -> Recipe:
     * augmentation: the tier of :data:`TIERS` the images reach: light under 5,000 (crop and flip),
       RandAugment m7 with a little erasing and mixup up to 100,000, DeiT's from there;
     * workers: none under 1,000 images (start-up costs more than decoding), else up to 8 on a GPU
-      and 2 on a CPU (where they share the cores the model trains on), at most ``cpus - 1``.
+      and 2 on a CPU (where they share the cores the model trains on), at most ``cpus - 1``;
+    * learning rate: :data:`BASE_LR` at batch :data:`BASE_BATCH` (a small ViT from scratch with
+      AdamW), times ``sqrt(batch / 128)``: the square-root rule timm's ``train.py`` applies to
+      adaptive optimizers when it scales a learning rate by the batch (3.5e-4 at batch 16).
 
     The device sizes only the workers, which are out of the run's identity: batch, epochs and
     augmentation follow the data alone, so the same command on another machine (a requeue on
@@ -215,7 +223,8 @@ def recipe(images: int, gpu: bool, cpus: int) -> Recipe:
     epochs = min(max(round(100_000 / images), 10), 300)
     _, auto_augment, re_prob, mixup, cutmix = [t for t in TIERS if images >= t[0]][-1]
     workers = 0 if images < 1_000 else min(8 if gpu else 2, max(cpus - 1, 0))
-    return Recipe(batch, epochs, max(epochs // 20, 1), auto_augment, re_prob, mixup, cutmix, workers)
+    lr = BASE_LR * math.sqrt(batch / BASE_BATCH)
+    return Recipe(batch, epochs, max(epochs // 20, 1), auto_augment, re_prob, mixup, cutmix, workers, lr)
 
 
 def has_gpu(device: str) -> bool:

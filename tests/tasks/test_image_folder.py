@@ -45,19 +45,26 @@ def pets(tmp_path_factory) -> Path:
 
 def test_the_recipe_is_sized_by_the_images_and_the_workers_by_the_device():
     """A few hundred images: batch 16, 300 epochs (capped; about 100k images seen), crop and flip
-    only, no workers. ImageNet's size: batch 128, 10 epochs, DeiT's augmentation, 8 workers on a
-    GPU with 16 CPUs, 2 on a CPU, never more than the CPUs less one."""
-    assert recipe(303, gpu=False, cpus=2) == Recipe(16, 300, 15, None, 0.0, 0.0, 0.0, 0)
+    only, no workers, lr 1e-3 · √(16/128). ImageNet's size: batch 128, 10 epochs, DeiT's
+    augmentation, lr 1e-3, 8 workers on a GPU with 16 CPUs, 2 on a CPU, never more than the CPUs
+    less one. The learning rate grows as the square root of the batch (timm's rule for AdamW)."""
+    assert recipe(303, gpu=False, cpus=2) == Recipe(
+        16, 300, 15, None, 0.0, 0.0, 0.0, 0, 1e-3 * math.sqrt(16 / 128)
+    )
     assert recipe(1_281_167, gpu=True, cpus=16) == Recipe(
-        128, 10, 1, "rand-m9-mstd0.5-inc1", 0.25, 0.8, 1.0, 8
+        128, 10, 1, "rand-m9-mstd0.5-inc1", 0.25, 0.8, 1.0, 8, 1e-3
     )
     assert recipe(1_281_167, gpu=False, cpus=16).num_workers == 2
     assert recipe(1_281_167, gpu=True, cpus=4).num_workers == 3
-    assert recipe(2_000, gpu=False, cpus=2) == Recipe(64, 50, 2, None, 0.0, 0.0, 0.0, 1)
+    assert recipe(2_000, gpu=False, cpus=2) == Recipe(
+        64, 50, 2, None, 0.0, 0.0, 0.0, 1, 1e-3 * math.sqrt(64 / 128)
+    )
     assert recipe(20_000, gpu=True, cpus=16).auto_augment == TIERS[1][1]
     sizes = [10, 300, 1_000, 5_000, 20_000, 100_000, 1_000_000]
     sized = [recipe(n, gpu=True, cpus=16) for n in sizes]
     assert [r.batch_size for r in sized] == sorted(r.batch_size for r in sized)  # more images: larger batch
+    for r in sized:  # lr / √batch is one constant
+        assert r.lr / math.sqrt(r.batch_size) == pytest.approx(1e-3 / math.sqrt(128))
     epochs = [r.max_epochs for r in sized]
     assert epochs == sorted(epochs, reverse=True) and 10 <= min(epochs) and max(epochs) <= 300
     for cpus in (1, 2, 3):  # a device makes no difference to what is trained: batch, epochs, augmentation
