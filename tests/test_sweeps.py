@@ -132,14 +132,23 @@ def kind_of(task: str, backbone: DictConfig) -> str:
 
 @functools.cache
 def compatible_pairs() -> list[tuple[str, str, DictConfig]]:
-    """Every compatible ``(task, backbone, backbone config)``, composed once per session."""
+    """Every compatible ``(task, backbone, backbone file)``: each task composed once, each backbone's
+    file read as it is (what the marks need, ``scale`` and ``attn_variants``, are literal there and
+    no task sets them); composing each pair would cost every test process half a minute to collect."""
+    files = {path.stem: OmegaConf.load(path) for path in sorted((CONF / "backbone").glob("*.yaml"))}
     pairs = []
     for task in TASKS:
         task_cfg = compose([f"task={task}", *SMOKE.get(task, [])], Path("unused")).task
-        for backbone in compatible_backbones(task_cfg):
-            backbone_cfg = compose([f"task={task}", f"backbone={backbone}"], Path("unused")).backbone
-            pairs.append((task, backbone, backbone_cfg))
+        pairs += [(task, backbone, files[backbone]) for backbone in compatible_backbones(task_cfg)]
     return pairs
+
+
+def test_no_task_or_experiment_sets_what_the_marks_read_of_a_backbone_file():
+    """:func:`compatible_pairs` reads ``scale`` and ``attn_variants`` from the backbone's own file:
+    no task file sets either (an experiment may: its own tests compose it)."""
+    for path in sorted((CONF / "task").glob("*.yaml")):
+        backbone = OmegaConf.load(path).get("backbone") or {}
+        assert not {"scale", "attn_variants"} & set(backbone), path
 
 
 #: tasks whose every two-step combination runs with the slow tests: imagefolder reads its folder as
