@@ -24,8 +24,8 @@ from torch import Tensor, nn
 from torch.utils.data import Dataset, TensorDataset
 
 from src import image_folder
-from src.engine.task import ClassificationTask
-from src.errors import ConfigError, DataError
+from src.engine.task import ClassificationTask, held_out_share
+from src.errors import DataError
 
 log = logging.getLogger(__name__)
 
@@ -90,12 +90,7 @@ class Digits(ImageClassification):
 
     def __init__(self, val_fraction: float = 0.2, test_fraction: float | None = 0.2, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        test_fraction = test_fraction or 0.0
-        if not 0 <= test_fraction < 1 - val_fraction:
-            raise ConfigError(
-                f"task.test_fraction={test_fraction}: with task.val_fraction={val_fraction} it must be "
-                f"in [0, {1 - val_fraction:g}) so that images are left to train on (0: no test split)"
-            )
+        test_fraction = held_out_share(test_fraction, val_fraction, "images")
         self.val_fraction, self.test_fraction = val_fraction, test_fraction
         self.eval_splits = ("val", "test") if test_fraction else ("val",)
 
@@ -255,12 +250,7 @@ class ImageFolderTask(ImageNet):
         if mixup and not (mixup.get("mixup_alpha") or mixup.get("cutmix_alpha")):
             mixup = None  # both alphas 0: no mixing (timm's Mixup refuses it)
         super().__init__(folder="", mixup=mixup, **kwargs)
-        test_fraction = test_fraction or 0.0
-        if not 0 <= test_fraction < 1 - val_fraction:
-            raise ConfigError(
-                f"task.test_fraction={test_fraction}: with task.val_fraction={val_fraction} it must be "
-                f"in [0, {1 - val_fraction:g}) so that images are left to train on (0: no test split)"
-            )
+        test_fraction = held_out_share(test_fraction, val_fraction, "images")
         self.data_dir, self.val_fraction, self.split_seed = data_dir, val_fraction, split_seed
         self.test_fraction = test_fraction
         self.split_statement: dict[str, Any] | None = None

@@ -278,6 +278,18 @@ class Task:
         return None
 
 
+def held_out_share(test_fraction: float | None, val_fraction: float, what: str) -> float:
+    """A task's ``test_fraction`` (null: 0, no test split), or a :class:`ConfigError` where it and
+    ``val_fraction`` would leave no ``what`` (images, text) to train on."""
+    test_fraction = test_fraction or 0.0
+    if not 0 <= test_fraction < 1 - val_fraction:
+        raise ConfigError(
+            f"task.test_fraction={test_fraction}: with task.val_fraction={val_fraction} it must be "
+            f"in [0, {1 - val_fraction:g}) so that {what} are left to train on (0: no test split)"
+        )
+    return test_fraction
+
+
 def classification_sums(logits: Tensor, labels: Tensor) -> dict[str, tuple[Tensor, int]]:
     """``val/loss`` (summed cross-entropy) and ``val/acc`` (correct predictions) of a batch's
     class logits ``(B, C)``, each with the batch's count; computed in float32."""

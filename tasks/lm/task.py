@@ -30,7 +30,7 @@ from omegaconf import DictConfig
 from torch import Tensor, nn
 
 from src.engine.generated import counted, ensure_generated
-from src.engine.task import Task
+from src.engine.task import Task, held_out_share
 from src.errors import ConfigError, DataError
 
 from .cache import TokenWindows, cached_splits
@@ -203,12 +203,7 @@ class CharCorpus(LanguageModelling):
     ) -> None:
         kwargs.setdefault("tokenizer", "bytes")
         super().__init__(**kwargs)
-        test_fraction = test_fraction or 0.0
-        if not 0 <= test_fraction < 1 - val_fraction:
-            raise ConfigError(
-                f"task.test_fraction={test_fraction}: with task.val_fraction={val_fraction} it must be "
-                f"in [0, {1 - val_fraction:g}) so that text is left to train on (0: no test split)"
-            )
+        test_fraction = held_out_share(test_fraction, val_fraction, "bytes of text")
         self.val_fraction, self.test_fraction, self.text_file = val_fraction, test_fraction, text_file
 
     @property
