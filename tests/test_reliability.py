@@ -490,8 +490,8 @@ CATALOGUE = [
         {},
     ),
     (
-        "truncated-token-cache",
-        ["task=lm_tinystories", *HUB, "paths.data_dir=."],
+        "truncated-token-cache",  # the tiny decoder and 2 validation batches: the cache is the point
+        ["task=lm_tinystories", *HUB, "backbone=gpt_micro", "trainer.eval_batches=2", "paths.data_dir=."],
         "is damaged",
         0,
         truncated_token_cache,
