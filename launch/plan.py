@@ -246,6 +246,17 @@ def train_size(cfg: Any) -> int | None:
     None where only its data tells, or where the task cannot be built before the run (an
     interpolation only a run resolves); the task's :class:`ConfigError` where it refuses its config,
     as ``python -m src.run`` would."""
+    key = as_text(cfg.task) + as_text(cfg.paths)  # a sweep's jobs share their task: built once
+    if key not in _TRAIN_SIZES:
+        _TRAIN_SIZES[key] = _stated_size(cfg)
+    return _TRAIN_SIZES[key]
+
+
+_TRAIN_SIZES: dict[str, int | None] = {}
+
+
+def _stated_size(cfg: Any) -> int | None:
+    """:func:`train_size`'s work: the task built without its data, asked its size."""
     from launch.tools.flops import planned_task
 
     try:
@@ -406,26 +417,6 @@ def step_key(cfg: Any) -> tuple[str, str, str, str]:
     return str(cfg.task.name), as_text(cfg.task), as_text(cfg.backbone), variant
 
 
-def step_costs(configs: dict[Any, Any], workers: int | None = None) -> dict[Any, tuple]:
-    """:func:`launch.tools.flops.step_cost` of each config (by its key), counted side by side in
-    ``workers`` forked processes (default: the CPUs free of other work,
-    :mod:`src.engine.threads`): each count runs a model's step on the meta device, about a second
-    of Python for a base-size backbone, the same numbers in any process."""
-    if workers is None:
-        from src.engine.threads import auto_threads, others_running, usable_cpus
-
-        workers = auto_threads(usable_cpus(), others_running() or 0.0)
-    workers = min(workers, len(configs))
-    if workers < 2:
-        return {key: step_cost(cfg) for key, cfg in configs.items()}
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    # fork: the children inherit the imported torch and the composed configs (no CUDA is touched)
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-        return dict(zip(configs, pool.map(step_cost, configs.values()), strict=True))
-
-
 def plan(
     arguments: list[str],
     gpu: str = DEFAULT_GPU,
@@ -445,12 +436,10 @@ def plan(
     for overrides, seeds in jobs(arguments):
         cfg = compose(overrides)
         check_job(cfg, overrides)  # what src.run refuses (trainer.max_steps=-5) has no hours
-        composed.append((cfg, seeds, step_key(cfg)))  # a seed changes nothing, nor does an init variant
-    uncounted = {}
-    for cfg, _, same in composed:
+        same = step_key(cfg)  # a seed changes nothing, nor does a variant that only initializes
         if same not in costs:
-            uncounted.setdefault(same, cfg)
-    costs.update(step_costs(uncounted))
+            costs[same] = step_cost(cfg)
+        composed.append((cfg, seeds, same))
     for cfg, seeds, same in composed:
         key = (str(cfg.task.name), str(cfg.backbone.name), str(cfg.attn.variant), global_batch(cfg))
         params, flops, kernels, note = costs[same]

@@ -107,12 +107,6 @@ def test_a_variant_that_only_initializes_shares_the_backbones_count():
     assert step_cost(cfgs["cond_init"]) == step_cost(cfgs["mimetic"]) == step_cost(cfgs["standard"])
 
 
-def test_costs_counted_in_forked_processes_are_the_ones_counted_here():
-    """The plan counts distinct steps side by side in forked processes: the same numbers, by key."""
-    cfgs = {v: compose([f"attn={v}"]) for v in ("standard", "precond", "spectral")}
-    assert planner.step_costs(cfgs, workers=2) == {v: step_cost(cfg) for v, cfg in cfgs.items()}
-
-
 GOLDEN = ROOT / "tests/launch/golden/plan_imagenet.txt"  # the ImageNet plan as main printed it at 62cfa6b
 
 
