@@ -267,9 +267,9 @@ class ImageFolderTask(ImageNet):
 
     @property
     def eval_splits(self) -> tuple[str, ...]:
-        """``val``, and ``test`` where the folder has ``test/`` or ``test_fraction`` holds one out."""
-        has_test = self.test_fraction or image_folder.scan(self.data_dir).test is not None
-        return ("val", "test") if has_test else ("val",)
+        """``val``, and ``test`` where the folder has ``test/`` or ``test_fraction`` holds images out
+        (a class needs 3 images to give one to each split)."""
+        return ("val", "test") if "test" in self.samples() else ("val",)
 
     def samples(self) -> dict[str, list[tuple[str, int]]]:
         """``{"train", "val"[, "test"]}`` → ``(path, label)`` lists; sets :attr:`split_statement`."""
@@ -294,7 +294,8 @@ class ImageFolderTask(ImageNet):
             if found.test is not None
             else ("train", test, f"a stratified {self.test_fraction:g} of train/, {drawn}"),
         }
-        held = {split: h for split, h in held.items() if h[1] is not None}
+        if held["test"][1] is None or not any(held["test"][1]):  # nothing held out: no test split
+            del held["test"]
 
         def listed(folder: str, files: Any) -> list[tuple[str, int]]:
             root = found.root / folder

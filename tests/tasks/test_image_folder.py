@@ -139,9 +139,14 @@ def test_val_and_test_folders_are_read_where_they_exist(tmp_path):
     assert all("/test/" in path for path, _ in found["test"]) and task.train_size == 12
     assert task.split_statement["test_from"] == "test/" and task.split_statement["val_from"] == "val/"
     none = ImageFolderTask(data_dir=str(root / "none"), name="x", test_fraction=0, **TASK)
-    (root / "none" / "train" / "a").mkdir(parents=True)
-    (root / "none" / "train" / "a" / "0.png").touch()
+    for name in ("a", "b"):
+        (root / "none" / "train" / name).mkdir(parents=True)
+        (root / "none" / "train" / name / "0.png").touch()
     assert none.eval_splits == ("val",)
+    for name in ("a", "b"):  # 2 images a class: one validates, none is left to test
+        (root / "none" / "train" / name / "1.png").touch()
+    too_few = ImageFolderTask(data_dir=str(root / "none"), name="x", **TASK)
+    assert too_few.eval_splits == ("val",) and set(too_few.samples()) == {"train", "val"}
     (root / "test" / "c").mkdir()
     with pytest.raises(DataError, match=r"train/ and test/ have different class folders \(in one only: c\)"):
         task.samples()
