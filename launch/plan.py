@@ -432,15 +432,12 @@ def plan(
     if launch_s is None:
         launch_s = measured_launch(measured) or LAUNCH_S
     rows, costs = [], {} if costs is None else costs
-    composed = []
     for overrides, seeds in jobs(arguments):
         cfg = compose(overrides)
         check_job(cfg, overrides)  # what src.run refuses (trainer.max_steps=-5) has no hours
         same = step_key(cfg)  # a seed changes nothing, nor does a variant that only initializes
         if same not in costs:
             costs[same] = step_cost(cfg)
-        composed.append((cfg, seeds, same))
-    for cfg, seeds, same in composed:
         key = (str(cfg.task.name), str(cfg.backbone.name), str(cfg.attn.variant), global_batch(cfg))
         params, flops, kernels, note = costs[same]
         steps = steps_of(cfg)

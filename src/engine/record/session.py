@@ -271,17 +271,21 @@ def adopt_legacy(record: RunRecord) -> None:
     legacy = legacy_folder(record.dir)
     if legacy is None or not record.enabled or record.has_trained() or not holds_record(legacy):
         return
-    with RunLock(legacy):
-        moved = move_record(legacy, record.dir)
-    for emptied in (legacy, legacy.parent):  # the parent too, where no run without overrides is
+    # the parent too, where no run without overrides is
+    move_in(legacy, record, "where the layout before overrides joined the seed's name kept it", legacy.parent)
+
+
+def move_in(earlier: Path, record: RunRecord, why: str, *also_empty: Path) -> None:
+    """Move the record in ``earlier`` to ``record``'s folder under ``earlier``'s lock (an older
+    process may still train there), remove the emptied folders, and log it, saying ``why`` it was
+    there. Nothing is copied or deleted."""
+    with RunLock(earlier):
+        moved = move_record(earlier, record.dir)
+    for emptied in (earlier, *also_empty):
         with contextlib.suppress(OSError):
             emptied.rmdir()
     log.warning(
-        "moved the record of this run from %s, where the layout before overrides joined the seed's "
-        "name kept it, to %s (%d entries)",
-        legacy,
-        record.dir,
-        len(moved),
+        "moved the record of this run from %s, %s, to %s (%d entries)", earlier, why, record.dir, len(moved)
     )
 
 
@@ -312,17 +316,7 @@ def adopt_renamed(record: RunRecord, identity: Identity) -> None:
         )
         return
     for earlier in same:
-        with RunLock(earlier):
-            moved = move_record(earlier, record.dir)
-        with contextlib.suppress(OSError):
-            earlier.rmdir()
-        log.warning(
-            "moved the record of this run from %s, named when options that change nothing trained "
-            "were still in the name, to %s (%d entries)",
-            earlier,
-            record.dir,
-            len(moved),
-        )
+        move_in(earlier, record, "named when options that change nothing trained were still in the name")
 
 
 def continued(record: RunRecord, identity: Identity) -> Opening:
