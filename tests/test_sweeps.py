@@ -143,7 +143,7 @@ def compatible_pairs() -> list[tuple[str, str, DictConfig]]:
     return pairs
 
 
-def test_no_task_or_experiment_sets_what_the_marks_read_of_a_backbone_file():
+def test_no_task_sets_what_the_marks_read_of_a_backbone_file():
     """:func:`compatible_pairs` reads ``scale`` and ``attn_variants`` from the backbone's own file:
     no task file sets either (an experiment may: its own tests compose it)."""
     for path in sorted((CONF / "task").glob("*.yaml")):
