@@ -14,6 +14,11 @@ the backbone's ``model`` node with the task's :meth:`~src.engine.task.Task.model
   form (about 8 operations a layer where a GPU's fused kernel is 2), so a ViT's count is about
   15% high.
 
+On meta, a call the counter has seen before (the same operation on inputs of the same shapes,
+strides and dtypes) gets new tensors of the outputs' shapes instead of running its meta kernel
+again (:func:`computed`): later blocks and variants repeat the first block's calls, and many meta
+kernels are Python decompositions; the counts are the kernels' (a test compares them).
+
 A model that cannot run on meta (``torch.autocast`` knows no meta device: the Nyströmformer)
 runs on fake CPU tensors, which hold no data either. No task is named here: masked-LM
 pretraining decodes only its masked positions (:class:`tasks.mlm.task.MaskedDecoding`) and
@@ -57,11 +62,108 @@ class StepCount(TorchDispatchMode):
                 self.inside = outer
             if parts is not NotImplemented:
                 return parts
-        out = func(*args, **kwargs)
+        out = computed(func, args, kwargs)
         formula = self.formulas.get(func._overloadpacket)
         if formula is not None:
             self.flops += formula(*args, **kwargs, out_val=out)
         return out
+
+
+def computed(func: Any, args: tuple, kwargs: dict) -> Any:
+    """``func(*args, **kwargs)``; on the meta device, for an operation that neither writes nor
+    aliases its inputs, its outputs' shapes, strides and dtypes are remembered by those of its
+    inputs and its other arguments, and new meta tensors of that kind stand in when the same call
+    comes again. Many meta kernels are Python decompositions (layer norm and its backward: a few
+    ms a call); a model repeats the calls of its first block in every later one, and a variant
+    those of the backbone, so most calls of a plan are answered from :data:`_SHAPES`. The
+    tensors that come back are the ones the kernel would give in all that a count reads."""
+    key = call_key(func, args, kwargs)
+    if key is None:
+        return func(*args, **kwargs)
+    if key not in _SHAPES:
+        out = func(*args, **kwargs)
+        _SHAPES[key] = out_spec(out)
+        return out
+    spec = _SHAPES[key]
+    if spec is None:  # an output the cache cannot stand in for: the kernel each time
+        return func(*args, **kwargs)
+    import torch
+
+    made = [
+        None if each is None else torch.empty_strided(each[0], each[1], dtype=each[2], device="meta")
+        for each in spec[1]
+    ]
+    return made[0] if spec[0] == "one" else (tuple(made) if spec[0] == "tuple" else made)
+
+
+#: ``{call_key: out_spec}`` of meta calls seen in this process (a kernel's outputs depend on its
+#: inputs' metadata and its other arguments only: on meta there is no data)
+_SHAPES: dict[tuple, Any] = {}
+
+
+def call_key(func: Any, args: tuple, kwargs: dict) -> tuple | None:
+    """What a meta kernel's outputs depend on, hashable; None where the call is not remembered: an
+    operation that writes or aliases an argument (in-place, out=, views), an argument that is not
+    a meta tensor or a hashable value (lists and tuples of them are read one level down)."""
+    if not keeps_apart(func):
+        return None
+    key: list = [func]
+    for value in (*args, *(kwargs.items() if kwargs else ())):
+        if isinstance(value, list | tuple):
+            key.append(len(value))
+            for each in value:
+                if (part := leaf_key(each)) is None:
+                    return None
+                key.append(part)
+        elif (part := leaf_key(value)) is None:
+            return None
+        else:
+            key.append(part)
+    return tuple(key)
+
+
+def leaf_key(value: Any) -> Any:
+    """A meta tensor as ``(shape, stride, dtype, offset)``, a hashable value as ``(type, value)``;
+    None otherwise (a CPU or fake tensor, a nested list, an unhashable value)."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        if value.device.type != "meta" or type(value) not in (torch.Tensor, torch.nn.Parameter):
+            return None
+        return tuple(value.shape), value.stride(), value.dtype, value.storage_offset()
+    if isinstance(value, list | tuple | dict):
+        return None
+    try:
+        hash(value)
+    except TypeError:
+        return None
+    return type(value), value
+
+
+@functools.cache
+def keeps_apart(func: Any) -> bool:
+    """Whether ``func`` neither writes an argument nor returns an alias of one (its schema)."""
+    schema = func._schema
+    return not schema.is_mutable and all(r.alias_info is None for r in schema.returns)
+
+
+def out_spec(out: Any) -> tuple[str, list] | None:
+    """``out`` (a meta tensor, or a tuple or list of them and None) as ``(kind, [(shape, stride,
+    dtype) or None, …])``; None where it holds anything else."""
+    import torch
+
+    kind, items = ("one", [out]) if isinstance(out, torch.Tensor) else (type(out).__name__, out)
+    if kind not in ("one", "tuple", "list"):
+        return None
+    spec = []
+    for each in items:
+        if each is None:
+            spec.append(None)
+        elif type(each) is torch.Tensor and each.device.type == "meta" and each.storage_offset() == 0:
+            spec.append((tuple(each.shape), each.stride(), each.dtype))
+        else:
+            return None
+    return kind, spec
 
 
 @functools.cache

@@ -31,6 +31,7 @@ no loop. Either way the record is opened, its rows written
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -260,8 +261,7 @@ class Task:
         not its model's forward overrides it (masked-LM pretraining, detection)."""
         from src import attention
 
-        with torch.device(device):
-            model = instantiate(cfg.backbone.model, _convert_="all", **self.model_arguments())
+        model = planned_backbone(cfg.backbone.model, self.model_arguments(), device)
         try:
             attention.apply(model, attention.variant_from_config(cfg.attn))
         except Exception as e:  # noqa: BLE001  a variant whose setup needs real weights
@@ -276,6 +276,32 @@ class Task:
         for a task that trains in the shared loop, which the pipeline then runs
         (:func:`src.engine.loop.shared_loop.fit_shared`)."""
         return None
+
+
+def planned_backbone(node: DictConfig, arguments: dict[str, Any], device: str) -> Any:
+    """The model ``node`` describes, instantiated with ``arguments`` on ``device``. On the meta
+    device (no weights, nothing drawn) it is built once per process for each config and each later
+    call gets a copy: a plan counts every variant of one backbone, and building a full-size timm
+    model takes longer than copying it."""
+    from omegaconf import OmegaConf
+
+    key = None
+    if device == "meta":
+        try:
+            key = OmegaConf.to_yaml(node, resolve=True) + repr(sorted(arguments.items()))
+        except Exception:  # noqa: BLE001  an interpolation only a run resolves: built each time
+            pass
+    if key is None or key not in _PLANNED:
+        with torch.device(device):
+            model = instantiate(node, _convert_="all", **arguments)
+        if key is None:
+            return model
+        _PLANNED[key] = model
+    return copy.deepcopy(_PLANNED[key])
+
+
+#: :func:`planned_backbone`'s meta models, by their config
+_PLANNED: dict[str, Any] = {}
 
 
 def held_out_share(test_fraction: float | None, val_fraction: float, what: str) -> float:

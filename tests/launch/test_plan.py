@@ -98,6 +98,54 @@ def test_one_pass_counts_what_torchs_flop_counter_and_a_kernel_counter_count():
     assert count_step(lambda: forward_backward(*fresh())) == (flops.get_total_flops(), ops.n) != (0, 0)
 
 
+@pytest.mark.parametrize("name", ["swin_tiny_patch4_window7_224", "xcit_nano_12_p16_224"])
+def test_the_remembered_meta_outputs_are_the_kernels_and_give_the_same_count(name, monkeypatch):
+    """The counter answers a repeated meta call from the outputs' shapes, strides and dtypes it
+    remembered (:func:`launch.tools.flops.computed`). On Swin (layer norm, cat, rolls, masks) and
+    XCiT (batch norm, convolutions, in-place ops): every remembered answer has the metadata the
+    kernel gives, most calls of a second pass are answered so, and the count is the uncached one."""
+    from launch.tools import flops
+
+    def fresh():
+        with torch.device("meta"):
+            model = timm.create_model(name, img_size=64, num_classes=10)
+        return model.train(), (torch.zeros(1, 3, 64, 64, device="meta"),)
+
+    monkeypatch.setattr(flops, "_SHAPES", {})
+    uncached = flops.count_step(lambda: forward_backward(*fresh()))
+    assert flops._SHAPES  # the first pass remembers
+    answered, kept = 0, 0  # calls answered from memory, calls that may be (no view, no in-place)
+    remembered = flops.computed
+
+    def both(func, args, kwargs):
+        nonlocal answered, kept
+        key = flops.call_key(func, args, kwargs)
+        out = remembered(func, args, kwargs)
+        kept += key is not None
+        if key is not None and flops._SHAPES.get(key) is not None:
+            answered += 1
+            assert flops.out_spec(func(*args, **kwargs)) == flops.out_spec(out), func
+        return out
+
+    monkeypatch.setattr(flops, "computed", both)
+    assert flops.count_step(lambda: forward_backward(*fresh())) == uncached
+    assert answered > 0.9 * kept > 0, (answered, kept)
+    monkeypatch.setattr(flops, "call_key", lambda *_: None)  # no memory at all
+    assert flops.count_step(lambda: forward_backward(*fresh())) == uncached
+
+
+def test_a_planned_backbone_is_built_once_and_each_caller_gets_its_own_copy():
+    """The meta model a plan builds for one backbone is copied for each variant: applying one
+    leaves the next untouched, and the counts are those of a fresh process's order."""
+    cfgs = {v: compose([f"attn={v}"]) for v in ("standard", "precond")}
+    before = step_cost(cfgs["standard"])
+    assert step_cost(cfgs["precond"]) != before
+    assert step_cost(cfgs["standard"]) == before
+    first, _, _ = model_and_inputs(cfgs["standard"])
+    second, _, _ = model_and_inputs(cfgs["standard"])
+    assert first is not second and next(first.parameters()) is not next(second.parameters())
+
+
 def test_a_variant_that_only_initializes_shares_the_backbones_count():
     """cond_init and mimetic write weights once, at init (on meta: nothing): a step computes what
     standard's does, so the plan counts it once for the three; each counted alone agrees."""
