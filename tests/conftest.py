@@ -28,6 +28,25 @@ def logits(output: torch.Tensor | tuple) -> torch.Tensor:
     return sum(output) if isinstance(output, tuple) else output
 
 
+#: the seconds a test without a ``minutes`` mark counts for, when the scopes are ordered
+UNMARKED_S = 2.0
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The scopes that take longest first. ``make test`` and ``make test-slow`` hand each module
+    (a class: its own scope) whole to one of two processes, in this order (``--dist loadscope
+    --no-loadscope-reorder``): a six-minute module handed out last keeps the other process idle for
+    its six minutes. A scope's length is what its tests declare, ``@pytest.mark.minutes(n)``
+    (about n minutes on the 2-core CI machine), and :data:`UNMARKED_S` for each other test; the
+    tests of a scope keep their order (the sort is stable)."""
+    length: dict[str, float] = {}
+    for item in items:
+        mark = item.get_closest_marker("minutes")
+        scope = item.nodeid.rsplit("::", 1)[0]  # pytest-xdist's loadscope unit
+        length[scope] = length.get(scope, 0.0) + (60.0 * mark.args[0] if mark else UNMARKED_S)
+    items.sort(key=lambda item: -length[item.nodeid.rsplit("::", 1)[0]])
+
+
 @pytest.fixture
 def images() -> torch.Tensor:
     torch.manual_seed(1)

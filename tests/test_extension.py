@@ -112,6 +112,7 @@ def test_a_new_variant_module_is_registered_without_an_import_line(suite_with_to
     assert "scale_out" not in (ROOT / "src" / "attention" / "__init__.py").read_text()
 
 
+@pytest.mark.minutes(0.4)
 def test_a_new_variant_trains_alone_and_in_a_composition(suite_with_toy_variant, tmp_path):
     root = suite_with_toy_variant
     out = tmp_path / "out"
@@ -165,6 +166,7 @@ def test_a_new_variant_joins_the_benchmark_table(suite_with_toy_variant, tmp_pat
     assert {"standard", "scale_out", "spectral_svd"} <= rows
 
 
+@pytest.mark.minutes(0.5)
 def test_a_new_task_is_one_module_and_one_config(tmp_path):
     root = copy_of_the_suite(tmp_path)
     (root / "tasks" / "quadrants.py").write_text(textwrap.dedent(TOY_TASK))
@@ -196,6 +198,7 @@ PAIRED = [
 ]
 
 
+@pytest.mark.minutes(0.6)
 def test_a_new_variant_gets_its_paired_effect_interval_and_verdict_against_standard(
     suite_with_toy_variant, tmp_path
 ):

@@ -61,6 +61,7 @@ def weights(run: Path) -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.slow
+@pytest.mark.minutes(2)
 def test_killed_at_ten_random_steps_a_run_ends_bit_identical(tmp_path):
     args = [
         "trainer.max_steps=120",

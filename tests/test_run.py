@@ -51,6 +51,7 @@ def test_a_short_run_writes_the_full_record(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.minutes(0.8)
 def test_the_default_command_reaches_90_percent_within_five_minutes(tmp_path):
     """README: `python -m src.run` with no overrides (outputs go where OUTPUT_DIR says)."""
     started = time.monotonic()
@@ -69,6 +70,7 @@ def test_the_default_command_reaches_90_percent_within_five_minutes(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.minutes(0.6)
 def test_a_multirun_over_every_variant_leaves_one_record_each(tmp_path):
     from src import attention
 
@@ -87,6 +89,7 @@ def comparable(run: Path) -> list[dict]:
 
 
 @pytest.mark.slow
+@pytest.mark.minutes(0.6)
 def test_two_ddp_processes_keep_the_global_batch_of_one(tmp_path):
     """The same command on 2 processes trains the same run as on 1: the global batch 32 as 2 x 16,
     the same steps per epoch, the same loss curve (within float tolerance), the same identity.

@@ -85,6 +85,7 @@ def test_progress_without_a_terminal_is_a_log_line_per_tenth_of_the_run(caplog, 
     assert lines[-1].startswith("digits step 200/200 (100%) loss=1 ")
 
 
+@pytest.mark.minutes(0.5)
 def test_a_job_log_and_a_multirun_say_it_all_without_a_terminal(tmp_path):
     out = run_cli(["-m", "attn=standard,precond", "trainer.max_steps=20", "sweep_name=day"], cwd=tmp_path)
     assert out.returncode == 0, out.stderr

@@ -119,6 +119,7 @@ def test_workers_change_nothing(tmp_path, image_folder):
 
 
 @pytest.mark.slow
+@pytest.mark.minutes(0.7)
 def test_compiled_model_trains_like_the_eager_one(tmp_path):
     _, eager = run(tmp_path, "eager", "trainer.max_steps=5", "attn=standard")
     _, compiled = run(tmp_path, "compiled", "trainer.max_steps=5", "attn=standard", "trainer.compile=true")

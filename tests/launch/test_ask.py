@@ -74,6 +74,7 @@ def asked(tmp_path_factory) -> tuple[list[str], Path]:
     return [*TINY, f"paths.output_dir={out}", *LOOKS], out
 
 
+@pytest.mark.minutes(1)
 def test_the_answer_is_one_line_equal_to_scipys_paired_t_and_a_rerun_trains_nothing(asked, capsys):
     argv, out = asked
     code, answer, err = main_in_process(ask.main, capsys, *argv)

@@ -167,6 +167,7 @@ def test_settle_refuses_a_folder_that_is_not_a_sweep_in_one_line(tmp_path):
     )
 
 
+@pytest.mark.minutes(1.2)
 def test_settle_repeats_the_sweeps_own_command_with_new_seeds_and_the_report_states_the_rule(
     tmp_path, capsys
 ):

@@ -164,6 +164,7 @@ def clear_queue(slurm_env: dict, grace_s: float = 0) -> None:
         time.sleep(0.5)
 
 
+@pytest.mark.minutes(0.6)
 def test_a_smoke_sweep_runs_on_the_cluster(slurm_env, tmp_path):
     run_sweep(["experiment=smoke/digits"], tmp_path, slurm_env, "smoke_digits")
     runs = summaries(tmp_path / "outputs" / "multirun" / "smoke_digits")
@@ -270,6 +271,7 @@ def wait_for_step(step: int, launcher: subprocess.Popen, root: Path, slurm_env: 
     return waited
 
 
+@pytest.mark.minutes(1.5)
 def test_a_requeued_two_node_job_resumes_and_ends_like_an_uninterrupted_one(slurm_env, tmp_path):
     """A job on both nodes (one DDP process each), requeued mid-run, stops at the step it reached
     with a checkpoint, resumes from that step, and ends bit-identical to the same two-node job left
@@ -316,6 +318,7 @@ def test_a_requeued_two_node_job_resumes_and_ends_like_an_uninterrupted_one(slur
     assert requeued["final"] == uninterrupted["final"] and requeued["best"] == uninterrupted["best"]
 
 
+@pytest.mark.minutes(1)
 def test_a_job_on_two_nodes_trains_one_model(slurm_env, tmp_path):
     """nodes = 2, one task each: one DDP process per node (gloo between the two namespaces), one
     run record, the global batch kept (2 × 16), and the loss curve of the same run on one process."""
@@ -362,6 +365,7 @@ def partition_limit(minutes: int, slurm_env: dict) -> Iterator[None]:
         subprocess.run([*update, f"MaxTime={before.upper()}"], env=env, check=True)
 
 
+@pytest.mark.minutes(1)
 def test_a_run_longer_than_the_partition_runs_in_attempts_requeued_at_their_time_limit(slurm_env, tmp_path):
     """A run of 600 min on a partition whose MaxTime is 5: the job asks 5 (resources.max_time_min=auto
     reads it with sinfo), and SLURM's time-limit signal (SIGUSR2, sent here early, the job frozen

@@ -26,6 +26,7 @@ def default_run(tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.minutes(2)
 def test_the_default_sandbox_run_reaches_full_test_accuracy_and_draws_every_frame(default_run):
     summary, sandbox = default_run
     assert summary["final"]["val/acc"] == 1.0 and summary["steps"] == 200 * 64

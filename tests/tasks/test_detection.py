@@ -225,6 +225,7 @@ def test_the_dumped_config_is_a_plain_mmdet_config(tmp_path):
 
 
 @pytest.mark.slow  # the embedded default: about 10 minutes on 2 CPU cores
+@pytest.mark.minutes(6)
 def test_embedded_default_learns_the_shapes(tmp_path):
     result = run_cli(
         [

@@ -55,6 +55,7 @@ def coco_root(tmp_path_factory) -> Path:
 
 
 @pytest.mark.slow  # 10,000 draws of 640 px images, resized up to 1333 × 800, on one core: about 2 minutes
+@pytest.mark.minutes(3)
 def test_ten_thousand_draws_of_cocos_training_pipeline_never_raise(coco_root, tmp_path):
     """The recipe's pipeline (conf/task/coco.yaml, ``augment=ms_crop``) through the suite's
     dataset config and ``SuiteCocoDataset``: 10,000 draws, none raises; each is a uint8

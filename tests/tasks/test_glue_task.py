@@ -118,6 +118,7 @@ def test_the_pretraining_run_is_the_sibling_of_the_same_command():
 
 
 @pytest.mark.slow
+@pytest.mark.minutes(1.3)
 def test_glue_tiny_pretrains_fine_tunes_and_beats_chance_on_each_task(tmp_path):
     result = run_cli(
         ["-m", "experiment=glue_tiny", "attn=standard", "seed=0", "paths.data_dir=data"],

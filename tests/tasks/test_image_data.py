@@ -225,6 +225,7 @@ def test_the_configured_image_transforms_are_the_ones_drawn_below():
 
 @pytest.mark.slow  # 10,000 draws of real-size images on one core: about 100 s
 @pytest.mark.parametrize("task_name", configured_image_tasks())
+@pytest.mark.minutes(1.5)
 def test_ten_thousand_draws_of_the_training_transform_never_raise(task_name, real_size_folder, tmp_path):
     """10,008 draws of the recipe's training transform (417 batches of the 24 files, each epoch
     reshuffled and reseeded) through ``datasets()`` and the loop's stream, finished on the device:
@@ -312,6 +313,7 @@ def write_training_folder(root: Path, train_images: int, val_images: int, seed: 
 
 
 @pytest.mark.slow  # 200 steps of 16 real-size images through two worker processes: about 2 minutes
+@pytest.mark.minutes(1)
 def test_imagenet_trains_200_steps_on_2000_real_size_jpegs(tmp_path):
     """``python -m src.run task=imagenet``: the DeiT recipe as configured (224 px, RandAugment,
     mixup/cutmix, random erasing on the device, repeated augmentation, bf16) at batch 16 on 2,000

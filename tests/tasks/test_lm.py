@@ -304,6 +304,7 @@ def test_the_paper_sweep_covers_the_papers_rows_with_every_variant():
 
 
 @pytest.mark.slow
+@pytest.mark.minutes(2)
 def test_the_embedded_lm_task_learns_well_below_the_unigram_entropy(tmp_path):
     """`python -m src.run task=lm_char`: validation loss at least 1 nat per byte below the
     entropy of the training bytes' frequencies (3.27 nats with CPython 3.11's topics)."""

@@ -32,6 +32,7 @@ def test_the_rsqrt_schedule_warms_up_linearly_then_decays_as_one_over_sqrt_t(tmp
 
 
 @pytest.mark.slow
+@pytest.mark.minutes(3)
 def test_the_small_listops_default_beats_twice_chance(tmp_path):
     """README: ``python -m src.run task=lra_listops_small`` generates its data, then trains."""
     result = run_cli(
