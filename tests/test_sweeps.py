@@ -33,6 +33,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 
+from launch.tools.flops import MetaShapes
 from src import attention
 from src.engine import train
 from src.engine.experiment import check_compatible, compatible_backbones
@@ -280,7 +281,7 @@ def on_meta(overrides: list[str], tmp_path: Path) -> tuple[DictConfig, nn.Module
     check_compatible(cfg)
     attention.config.complete(cfg.attn)  # as train() does
     task = instantiate(cfg.task)
-    with torch.device("meta"):
+    with torch.device("meta"), MetaShapes():  # a call seen before: its remembered output shapes
         model = build_as_trained(task, cfg)
         loss, output, expected = take_step(task, cfg, model)
     return cfg, model, loss, output, expected

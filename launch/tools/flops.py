@@ -69,6 +69,16 @@ class StepCount(TorchDispatchMode):
         return out
 
 
+class MetaShapes(TorchDispatchMode):
+    """Every operation dispatched inside it through :func:`computed`, counting nothing: for code
+    that builds and steps full-size models on the meta device many times in one process (the
+    tests of every full-size combination), where the meta kernels' Python decompositions are
+    most of the time."""
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        return computed(func, args, kwargs or {})
+
+
 def computed(func: Any, args: tuple, kwargs: dict) -> Any:
     """``func(*args, **kwargs)``; on the meta device, for an operation that neither writes nor
     aliases its inputs, its outputs' shapes, strides and dtypes are remembered by those of its
