@@ -95,7 +95,14 @@ class Digits(ImageClassification):
         self.eval_splits = ("val", "test") if test_fraction else ("val",)
 
     def split_indices(self, labels: Any) -> dict[str, list[int]]:
-        """``{"train", "val", "test"}`` → indices into the 1,797 images (``test`` empty at 0)."""
+        """``{"train", "val", "test"}`` → indices into the 1,797 images (``test`` empty at 0), as
+        scikit-learn's ``train_test_split`` draws them; remembered per machine
+        (:func:`remembered_split`), so that a run does not import scikit-learn (2 s) to draw the
+        same indices again."""
+        return remembered_split(labels, self.val_fraction, self.test_fraction, self.drawn_split)
+
+    def drawn_split(self, labels: Any) -> dict[str, list[int]]:
+        """:meth:`split_indices` drawn by scikit-learn."""
         from sklearn.model_selection import train_test_split
 
         rest, val = train_test_split(
@@ -109,12 +116,10 @@ class Digits(ImageClassification):
 
     def splits(self) -> dict[str, Dataset]:
         """The three splits as tensor data sets (``test`` only where ``test_fraction`` > 0)."""
-        from sklearn.datasets import load_digits
-
-        digits = load_digits()
-        images = torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1) / 16.0  # (N, 1, 8, 8)
-        labels = torch.tensor(digits.target, dtype=torch.long)
-        index = self.split_indices(digits.target)
+        pixels, target = digits_arrays()
+        images = torch.tensor(pixels, dtype=torch.float32).reshape(-1, 1, 8, 8) / 16.0  # (N, 1, 8, 8)
+        labels = torch.tensor(target, dtype=torch.long)
+        index = self.split_indices(target)
         mean, std = images[index["train"]].mean(), images[index["train"]].std()
         images = (images - mean) / std
         sets = {name: TensorDataset(images[i], labels[i]) for name, i in index.items() if i}
@@ -129,6 +134,51 @@ class Digits(ImageClassification):
     def eval_dataset(self, data_dir: Path, split: str) -> Dataset:
         self.check_split(split)
         return self.splits()[split]
+
+
+def digits_arrays() -> tuple[Any, Any]:
+    """``(pixels (1797, 64) in 0..16, labels (1797,))``: the file scikit-learn ships and its
+    ``load_digits`` reads (``sklearn/datasets/data/digits.csv.gz``: 64 pixels and the label per
+    row), found without importing scikit-learn."""
+    import importlib.util
+
+    import numpy as np
+
+    spec = importlib.util.find_spec("sklearn")
+    path = Path(next(iter(spec.submodule_search_locations))) / "datasets" / "data" / "digits.csv.gz"
+    data = np.loadtxt(path, delimiter=",")
+    return data[:, :-1], data[:, -1].astype(int)
+
+
+def remembered_split(
+    labels: Any, val_fraction: float, test_fraction: float, draw: Any
+) -> dict[str, list[int]]:
+    """``draw(labels)`` (a split of ``labels``' indices), kept in the user's cache folder
+    (``$XDG_CACHE_HOME``, else ``~/.cache``, ``/conditioned-attention/digits/``) under the
+    scikit-learn version, the fractions and the labels' digest, and read from there after. A file
+    that cannot be read or written is drawn again; it is written whole or not at all."""
+    import hashlib
+    import json
+    import os
+    from importlib.metadata import version
+
+    digest = hashlib.sha256(bytes(memoryview(labels.astype("int64")))).hexdigest()[:16]
+    name = f"split-{version('scikit-learn')}-{val_fraction}-{test_fraction or 0}-{digest}.json"
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    path = cache / "conditioned-attention" / "digits" / name
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        pass
+    split = draw(labels)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_text(json.dumps({k: [int(i) for i in v] for k, v in split.items()}))
+        partial.replace(path)
+    except OSError:
+        pass
+    return split
 
 
 IMAGE_SUFFIXES = image_folder.IMAGE_SUFFIXES

@@ -48,3 +48,30 @@ def test_the_test_set_is_what_eval_dataset_gives_and_the_splits_name_it():
 def test_a_test_fraction_that_leaves_nothing_to_train_is_refused(fraction):
     with pytest.raises(ConfigError, match=r"task.test_fraction=.* must be in \[0, 0.8\)"):
         Digits(**COMMON, test_fraction=fraction)
+
+
+def test_a_run_reads_what_load_digits_gives_and_remembers_sklearns_split(tmp_path, monkeypatch):
+    """The pixels and labels read from scikit-learn's file are ``load_digits``' own; the split is
+    drawn by ``train_test_split`` once, then read from the cache folder (a second draw would
+    fail here); a cache that cannot be read is drawn again and rewritten whole."""
+    import numpy as np
+    from sklearn.datasets import load_digits
+
+    from tasks.classification import digits_arrays
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    pixels, labels = digits_arrays()
+    reference = load_digits()
+    assert np.array_equal(pixels, reference.data) and np.array_equal(labels, reference.target)
+    task = Digits(**COMMON)
+    drawn = task.drawn_split(labels)
+    assert task.split_indices(labels) == drawn
+    (remembered,) = (tmp_path / "conditioned-attention" / "digits").glob("split-*.json")
+    monkeypatch.setattr(Digits, "drawn_split", lambda *_: pytest.fail("drawn again"))
+    assert task.split_indices(labels) == drawn  # from the file
+    other = Digits(**COMMON, test_fraction=0)
+    monkeypatch.undo()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert other.split_indices(labels)["val"] == drawn["val"]  # its own file: another key
+    remembered.write_text('{"train": [1, 2')  # torn
+    assert task.split_indices(labels) == drawn and remembered.read_text().endswith("]}")
