@@ -115,9 +115,11 @@ def call_key(func: Any, args: tuple, kwargs: dict) -> tuple | None:
     """What a meta kernel's outputs depend on, hashable; None where the call is not remembered: an
     operation that writes or aliases an argument (in-place, out=, views), an argument that is not
     a meta tensor or a hashable value (lists and tuples of them are read one level down)."""
+    import torch
+
     if not keeps_apart(func):
         return None
-    key: list = [func]
+    key: list = [func, torch.get_default_dtype()]  # a factory given no dtype takes the default
     for value in (*args, *(kwargs.items() if kwargs else ())):
         if isinstance(value, list | tuple):
             key.append(len(value))

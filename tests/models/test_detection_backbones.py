@@ -103,6 +103,7 @@ def test_out_blocks_feed_the_pyramid_levels_in_order():
 def test_mmengine_init_keeps_the_conditioned_initialisation():
     """mmengine's init_weights would call timm's own and undo cond_init; the backbone prevents it."""
     from mmengine.config import ConfigDict
+    from mmengine.logging import MMLogger
 
     from src.attention.cond_init import value_identity
     from tasks.detection.config import base_config, detector
@@ -115,6 +116,9 @@ def test_mmengine_init_keeps_the_conditioned_initialisation():
     site = attention.find_sites(model.backbone)[0]
     identity = value_identity(site.num_heads, site.head_dim, site.dim, "per_head")  # the default
     assert torch.equal(site.v.weight(), identity)  # cond_init: each head's W_V = I_{D×d}
+    # init_weights logs to mmengine's latest logger: one of this test's own, not an earlier
+    # in-process run's, whose file Hydra's logging setup has closed since
+    MMLogger.get_instance(f"init-weights-{id(model)}")
     model.init_weights()
     assert torch.equal(site.v.weight(), identity)
     model.backbone.body.init_weights()  # what mmengine would have called: the test can fail
