@@ -47,14 +47,14 @@ run: ## train the embedded default (digits, attn=precond); ARGS="attn=spectral â
 # the fast tests on up to 4 processes (pytest-xdist; a module's tests stay together, so its fixtures
 # are built once), each on one torch thread: their tiny models run fastest so
 TEST_WORKERS ?= auto --maxprocesses 4
-test: ## run the tests (the slow ones excluded; about 9 minutes on 2 cores)
+test: ## run the tests (the slow ones excluded; about 13 minutes on 2 cores)
 	OMP_NUM_THREADS=1 $(PYTHON) -m pytest -m "not slow" -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
 
 # the slow tests on up to 2 processes, each on one torch thread: most are end-to-end runs of tiny
 # models already pinned to one thread (trainer.threads=1), so two side by side take about 40% less
 # time than one after the other; a module's tests stay together (the SLURM cluster's fixture)
 SLOW_WORKERS ?= auto --maxprocesses 2
-test-slow: ## run only the slow tests (default runs, resume, DDP, SLURM, full-size backbones on meta; ~11 min)
+test-slow: ## run only the slow tests (default runs, resume, DDP, SLURM, full-size backbones on meta; ~15 min)
 	OMP_NUM_THREADS=1 $(PYTHON) -m pytest -m slow -n $(SLOW_WORKERS) --dist loadscope --no-loadscope-reorder
 
 test-full: ## run every test: `make test` then `make test-slow` (what CI runs)
