@@ -156,7 +156,8 @@ def remembered_split(
     """``draw(labels)`` (a split of ``labels``' indices), kept in the user's cache folder
     (``$XDG_CACHE_HOME``, else ``~/.cache``, ``/conditioned-attention/digits/``) under the
     scikit-learn version, the fractions and the labels' digest, and read from there after. A file
-    that cannot be read or written is drawn again; it is written whole or not at all."""
+    that cannot be read, or holds anything but the three splits' indices, is drawn again; it is
+    written whole or not at all."""
     import hashlib
     import json
     import os
@@ -167,8 +168,12 @@ def remembered_split(
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     path = cache / "conditioned-attention" / "digits" / name
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+        kept = json.loads(path.read_text())
+        if set(kept) == {"train", "val", "test"} and all(
+            type(i) is int and 0 <= i < len(labels) for index in kept.values() for i in index
+        ):
+            return kept
+    except (OSError, ValueError, TypeError, AttributeError):  # no file, a torn or a foreign one
         pass
     split = draw(labels)
     try:

@@ -3,6 +3,7 @@ test split, and a bad fraction refused in one line."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 import pytest
@@ -73,5 +74,6 @@ def test_a_run_reads_what_load_digits_gives_and_remembers_sklearns_split(tmp_pat
     monkeypatch.undo()
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert other.split_indices(labels)["val"] == drawn["val"]  # its own file: another key
-    remembered.write_text('{"train": [1, 2')  # torn
-    assert task.split_indices(labels) == drawn and remembered.read_text().endswith("]}")
+    for foreign in ('{"train": [1, 2', '{"train": [], "val": [], "test": [1797]}', "[]", '{"a": 1}'):
+        remembered.write_text(foreign)  # torn, out of range, not the splits
+        assert task.split_indices(labels) == drawn and json.loads(remembered.read_text()) == drawn
