@@ -145,7 +145,10 @@ def digits_arrays() -> tuple[Any, Any]:
     import numpy as np
 
     spec = importlib.util.find_spec("sklearn")
-    path = Path(next(iter(spec.submodule_search_locations))) / "datasets" / "data" / "digits.csv.gz"
+    folders = list(spec.submodule_search_locations or []) if spec is not None else []
+    path = Path(folders[0] if folders else "sklearn") / "datasets" / "data" / "digits.csv.gz"
+    if not path.is_file():
+        raise DataError(f"task=digits reads scikit-learn's {path}: not found; pip install scikit-learn")
     data = np.loadtxt(path, delimiter=",")
     return data[:, :-1], data[:, -1].astype(int)
 

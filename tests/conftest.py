@@ -42,6 +42,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     length: dict[str, float] = {}
     for item in items:
         mark = item.get_closest_marker("minutes")
+        if mark is not None and not mark.args:
+            raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.minutes(n) takes its minutes, n")
         scope = item.nodeid.rsplit("::", 1)[0]  # pytest-xdist's loadscope unit
         length[scope] = length.get(scope, 0.0) + (60.0 * mark.args[0] if mark else UNMARKED_S)
     items.sort(key=lambda item: -length[item.nodeid.rsplit("::", 1)[0]])

@@ -77,3 +77,14 @@ def test_a_run_reads_what_load_digits_gives_and_remembers_sklearns_split(tmp_pat
     for foreign in ('{"train": [1, 2', '{"train": [], "val": [], "test": [1797]}', "[]", '{"a": 1}'):
         remembered.write_text(foreign)  # torn, out of range, not the splits
         assert task.split_indices(labels) == drawn and json.loads(remembered.read_text()) == drawn
+
+
+def test_without_scikit_learns_file_the_error_names_it(monkeypatch):
+    import importlib.util
+
+    from src.errors import DataError
+    from tasks.classification import digits_arrays
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(DataError, match=r"digits\.csv\.gz: not found; pip install scikit-learn"):
+        digits_arrays()
