@@ -11,6 +11,7 @@ posterize made safe for Pillow ≥ 13 (:func:`safe_augment`).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -154,7 +155,7 @@ def digits_arrays() -> tuple[Any, Any]:
 
 
 def remembered_split(
-    labels: Any, val_fraction: float, test_fraction: float, draw: Any
+    labels: Any, val_fraction: float, test_fraction: float, draw: Callable[[Any], dict[str, list[int]]]
 ) -> dict[str, list[int]]:
     """``draw(labels)`` (a split of ``labels``' indices), kept in the user's cache folder
     (``$XDG_CACHE_HOME``, else ``~/.cache``, ``/conditioned-attention/digits/``) under the

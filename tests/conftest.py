@@ -39,14 +39,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     its six minutes. A scope's length is what its tests declare, ``@pytest.mark.minutes(n)``
     (about n minutes on the 2-core CI machine), and :data:`UNMARKED_S` for each other test; the
     tests of a scope keep their order (the sort is stable)."""
+    scope = {item: item.nodeid.rsplit("::", 1)[0] for item in items}  # pytest-xdist's loadscope unit
     length: dict[str, float] = {}
     for item in items:
         mark = item.get_closest_marker("minutes")
         if mark is not None and not mark.args:
             raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.minutes(n) takes its minutes, n")
-        scope = item.nodeid.rsplit("::", 1)[0]  # pytest-xdist's loadscope unit
-        length[scope] = length.get(scope, 0.0) + (60.0 * mark.args[0] if mark else UNMARKED_S)
-    items.sort(key=lambda item: -length[item.nodeid.rsplit("::", 1)[0]])
+        length[scope[item]] = length.get(scope[item], 0.0) + (60.0 * mark.args[0] if mark else UNMARKED_S)
+    items.sort(key=lambda item: -length[scope[item]])
 
 
 @pytest.fixture

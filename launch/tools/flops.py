@@ -32,6 +32,7 @@ import copy
 import functools
 from typing import Any
 
+import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 
@@ -97,8 +98,6 @@ def computed(func: Any, args: tuple, kwargs: dict) -> Any:
     spec = _SHAPES[key]
     if spec is None:  # an output the cache cannot stand in for: the kernel each time
         return func(*args, **kwargs)
-    import torch
-
     made = [
         None if each is None else torch.empty_strided(each[0], each[1], dtype=each[2], device="meta")
         for each in spec[1]
@@ -115,8 +114,6 @@ def call_key(func: Any, args: tuple, kwargs: dict) -> tuple | None:
     """What a meta kernel's outputs depend on, hashable; None where the call is not remembered: an
     operation that writes or aliases an argument (in-place, out=, views), an argument that is not
     a meta tensor or a hashable value (lists and tuples of them are read one level down)."""
-    import torch
-
     if not keeps_apart(func):
         return None
     key: list = [func, torch.get_default_dtype()]  # a factory given no dtype takes the default
@@ -137,8 +134,6 @@ def call_key(func: Any, args: tuple, kwargs: dict) -> tuple | None:
 def leaf_key(value: Any) -> Any:
     """A meta tensor as ``(shape, stride, dtype, offset)``, a hashable value as ``(type, value)``;
     None otherwise (a CPU or fake tensor, a nested list, an unhashable value)."""
-    import torch
-
     if isinstance(value, torch.Tensor):
         if value.device.type != "meta" or type(value) not in (torch.Tensor, torch.nn.Parameter):
             return None
@@ -162,8 +157,6 @@ def keeps_apart(func: Any) -> bool:
 def out_spec(out: Any) -> tuple[str, list] | None:
     """``out`` (a meta tensor, or a tuple or list of them and None) as ``(kind, [(shape, stride,
     dtype) or None, …])``; None where it holds anything else."""
-    import torch
-
     kind, items = ("one", [out]) if isinstance(out, torch.Tensor) else (type(out).__name__, out)
     if kind not in ("one", "tuple", "list"):
         return None
@@ -182,8 +175,6 @@ def out_spec(out: Any) -> tuple[str, list] | None:
 def decomposes(func: Any) -> bool:
     """Whether ``func.decompose`` can split the aten operation ``func`` into others (its rule,
     asked once per operation rather than tried at every call; ``prim.device`` is never split)."""
-    import torch
-
     if func is torch.ops.prim.device.default:
         return False
     key = torch._C.DispatchKey.CompositeImplicitAutograd
@@ -216,8 +207,6 @@ def forward_flops(model: Any, img_size: int = 224, in_chans: int = 3, inputs: tu
     ``model``: a timm model name (built on meta at ``img_size``, no weights) or a built model;
     ``inputs``: its positional inputs for one sample (default: one ``in_chans × img_size²`` image
     on the model's device)."""
-    import torch
-
     if isinstance(model, str):
         import timm
 

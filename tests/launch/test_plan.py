@@ -141,8 +141,12 @@ def test_a_planned_backbone_is_built_once_and_each_caller_gets_its_own_copy():
     before = step_cost(cfgs["standard"])
     assert step_cost(cfgs["precond"]) != before
     assert step_cost(cfgs["standard"]) == before
+    from src.engine import task
+
     first, _, _ = model_and_inputs(cfgs["standard"])
+    built = dict(task._PLANNED)
     second, _, _ = model_and_inputs(cfgs["standard"])
+    assert task._PLANNED == built and built  # the second caller's model is a copy: none built
     assert first is not second and next(first.parameters()) is not next(second.parameters())
 
 
