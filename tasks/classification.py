@@ -313,6 +313,7 @@ class ImageFolderTask(ImageNet):
         self.data_dir, self.val_fraction, self.split_seed = data_dir, val_fraction, split_seed
         self.test_fraction = test_fraction
         self.split_statement: dict[str, Any] | None = None
+        self._samples: dict[str, list[tuple[str, int]]] | None = None
 
     @property
     def train_size(self) -> int:
@@ -331,7 +332,15 @@ class ImageFolderTask(ImageNet):
         return ("val", "test") if "test" in self.samples() else ("val",)
 
     def samples(self) -> dict[str, list[tuple[str, int]]]:
-        """``{"train", "val"[, "test"]}`` → ``(path, label)`` lists; sets :attr:`split_statement`."""
+        """``{"train", "val"[, "test"]}`` → ``(path, label)`` lists; sets :attr:`split_statement`.
+        The folder is listed once per task (training, each evaluation and the split checks ask
+        for it; a large folder's listing takes seconds): one split for the whole run."""
+        if self._samples is None:
+            self._samples = self._listed_samples()
+        return self._samples
+
+    def _listed_samples(self) -> dict[str, list[tuple[str, int]]]:
+        """:meth:`samples`' work: the folder scanned and split."""
         found = image_folder.scan(self.data_dir)
         if len(found.classes) != self.num_classes:
             raise DataError(

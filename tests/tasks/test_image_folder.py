@@ -149,7 +149,7 @@ def test_val_and_test_folders_are_read_where_they_exist(tmp_path):
     assert too_few.eval_splits == ("val",) and set(too_few.samples()) == {"train", "val"}
     (root / "test" / "c").mkdir()
     with pytest.raises(DataError, match=r"train/ and test/ have different class folders \(in one only: c\)"):
-        task.samples()
+        ImageFolderTask(data_dir=str(root), name="imagefolder-three", **TASK).samples()
 
 
 def test_the_label_is_the_folders_name_kept_short_and_safe(tmp_path):
@@ -242,3 +242,21 @@ def test_a_missing_or_malformed_folder_is_one_line_and_exit_2(make, expected, tm
     assert code == 2 and line.startswith("error: ") and expected.format(root=root) in line
     assert f"expected {root}/train/<class>/<image>" in line
     assert not (tmp_path / "outputs").exists()
+
+
+def test_a_run_lists_the_folder_once(tmp_path, monkeypatch):
+    """Training, the split checks and each evaluation ask for the samples: one listing serves all."""
+    from src import image_folder
+
+    for name in ("a", "b"):
+        (tmp_path / "train" / name).mkdir(parents=True)
+        for i in range(10):
+            (tmp_path / "train" / name / f"{i}.png").touch()
+    scans = []
+    real_scan = image_folder.scan
+    monkeypatch.setattr(image_folder, "scan", lambda root: scans.append(root) or real_scan(root))
+    task = ImageFolderTask(data_dir=str(tmp_path), name="x", **TASK)
+    train, val = task.datasets(tmp_path)
+    test = task.eval_dataset(tmp_path, "test")
+    assert task.eval_splits == ("val", "test") and len(train) + len(val) + len(test) == 20
+    assert len(scans) == 1
